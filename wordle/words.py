@@ -1,0 +1,80 @@
+"""The word lists: 2315 possible secrets and 12972 accepted guesses.
+
+The lists ship inside the package (``wordle/data``, MIT, see ``LICENSE.wordlists``) so that nothing
+reads outside the installed package at run time. Words are handled in upper case everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import resources
+
+import numpy as np
+
+WORD_LENGTH = 5
+MAX_GUESSES = 6
+
+_ASCII_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _read_list(name: str) -> tuple[str, ...]:
+    text = resources.files("wordle").joinpath("data").joinpath(name).read_text(encoding="ascii")
+    return tuple(line.strip().upper() for line in text.splitlines() if line.strip())
+
+
+@functools.cache
+def answers() -> tuple[str, ...]:
+    """The 2315 words that can be secrets, in list order (alphabetical)."""
+    return _read_list("wordle_answers.txt")
+
+
+@functools.cache
+def allowed() -> tuple[str, ...]:
+    """The 12972 words accepted as guesses (a superset of :func:`answers`), in list order."""
+    return _read_list("wordle_allowed.txt")
+
+
+@functools.cache
+def allowed_index() -> dict[str, int]:
+    """Row of each allowed word in the pattern matrix."""
+    return {w: i for i, w in enumerate(allowed())}
+
+
+@functools.cache
+def answer_index() -> dict[str, int]:
+    """Column of each answer in the pattern matrix."""
+    return {w: i for i, w in enumerate(answers())}
+
+
+@functools.cache
+def lists_fingerprint() -> str:
+    """A digest of both lists; the pattern-matrix cache is keyed on it so an edited list never reuses it."""
+    h = hashlib.sha256()
+    for words in (allowed(), answers()):
+        h.update("\n".join(words).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def normalize_word(text: object) -> str | None:
+    """``text`` upper-cased if it is exactly five ASCII letters, else None.
+
+    Only ASCII counts: ``str.isalpha`` would accept Cyrillic look-alikes such as 'САRЕ'.
+    """
+    if not isinstance(text, str) or len(text) != WORD_LENGTH:
+        return None
+    word = text.upper()
+    return word if all(c in _ASCII_UPPER for c in word) else None
+
+
+def is_allowed(text: object) -> bool:
+    """Whether ``text`` (any case) is a word Wordle accepts as a guess."""
+    word = normalize_word(text)
+    return word is not None and word in allowed_index()
+
+
+def encode(words: tuple[str, ...] | list[str]) -> np.ndarray:
+    """Five-letter upper-case words as a ``(n, 5)`` uint8 array of letters 0..25."""
+    raw = np.frombuffer("".join(words).encode("ascii"), dtype=np.uint8)
+    return (raw.reshape(len(words), WORD_LENGTH) - ord("A")).astype(np.uint8)

@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 
 N_PATTERNS = 3**WORD_LENGTH
 ALL_GREEN = N_PATTERNS - 1
-_MARK_VALUE = {"B": 0, "Y": 1, "G": 2}
 _POW3 = 3 ** np.arange(WORD_LENGTH, dtype=np.int64)
 
 # Bump when the encoding or the algorithm changes: it is part of the cache key.
@@ -61,18 +60,34 @@ def score_guess(guess: str, answer: str) -> str:
     return "".join(marks)
 
 
+def _code_table() -> dict[str, int]:
+    table = {}
+    for code in range(N_PATTERNS):
+        pattern = "".join("BYG"[(code // 3**i) % 3] for i in range(WORD_LENGTH))
+        table[pattern] = table[pattern.lower()] = code
+    return table
+
+
+# Every pattern in upper and lower case -> code: a dict lookup is the hot path of candidate filtering.
+_CODES = _code_table()
+_PATTERNS = tuple(p for p in _CODES if p.isupper())
+
+
 def pattern_to_code(pattern: str) -> int:
-    """``"GYBBB"`` -> its base-3 code. Raises ValueError on anything but five G/Y/B marks."""
-    if not isinstance(pattern, str) or len(pattern) != WORD_LENGTH or any(c not in _MARK_VALUE for c in pattern.upper()):
+    """``"GYBBB"`` (any case) -> its base-3 code. Raises ValueError on anything but five G/Y/B marks."""
+    code = _CODES.get(pattern) if isinstance(pattern, str) else None
+    if code is None:
+        code = _CODES.get(pattern.upper()) if isinstance(pattern, str) else None
+    if code is None:
         raise ValueError(f"a pattern is five of G/Y/B, got {pattern!r}")
-    return sum(_MARK_VALUE[c] * 3**i for i, c in enumerate(pattern.upper()))
+    return code
 
 
 def code_to_pattern(code: int) -> str:
     """The inverse of :func:`pattern_to_code`."""
     if not 0 <= code < N_PATTERNS:
         raise ValueError(f"a pattern code is in [0, {N_PATTERNS}), got {code}")
-    return "".join("BYG"[(code // 3**i) % 3] for i in range(WORD_LENGTH))
+    return _PATTERNS[code]
 
 
 def pattern_codes(guesses: np.ndarray, targets: np.ndarray) -> np.ndarray:

@@ -2,18 +2,14 @@
 
 A history is a sequence of ``(GUESS, PATTERN)`` pairs, PATTERN being five G/Y/B marks.
 
-Play every answer and print the mean, the distribution and the wall time::
-
-    python -m wordle.solver
+``python benchmarks/bench_solver.py`` plays every answer and prints the mean, the distribution
+and the wall time.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
-import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -65,13 +61,19 @@ class CandidateSet:
         col = answer_index().get(w)
         return w in self.extra if col is None else bool(np.any(self.idx == col))
 
-    def codes(self, guess: str) -> np.ndarray:
-        """Pattern codes of ``guess`` against each candidate, answers first then extras."""
-        base = guess_row(guess)[self.idx]
+    def codes(self, guesses: Sequence[str]) -> np.ndarray:
+        """Pattern codes of each guess against each candidate, ``(k, n)``: answers first, then extras."""
+        rows = [allowed_index().get(g) for g in guesses]
+        if None in rows:  # a guess outside the allowed list: score it against the answers
+            base = np.stack([guess_row(g) for g in guesses])
+        else:
+            base = pattern_matrix().take(rows, axis=0)
+        if len(self.idx) < base.shape[1]:  # idx is sorted and unique, so full length means every answer
+            base = base.take(self.idx, axis=1)
         if not self.extra:
             return base
-        more = [pattern_to_code(score_guess(guess, w)) for w in self.extra]
-        return np.concatenate([base, np.asarray(more, dtype=np.uint8)])
+        more = [[pattern_to_code(score_guess(g, w)) for w in self.extra] for g in guesses]
+        return np.concatenate([base, np.asarray(more, dtype=np.uint8)], axis=1)
 
 
 def is_consistent(word: str, history: History) -> bool:
@@ -79,40 +81,75 @@ def is_consistent(word: str, history: History) -> bool:
     return all(score_guess(g, word) == p.upper() for g, p in history)
 
 
-def candidates(history: History = (), pool: Iterable[str] | None = None) -> CandidateSet:
-    """The words of ``pool`` (default: the answers) consistent with ``history``.
+def candidates(history: History = (), pool: Iterable[str] | None = None, extra: Iterable[str] = ()) -> CandidateSet:
+    """The words of a pool consistent with ``history``.
 
-    Answers in the pool are filtered through the pattern matrix; any other pool word is checked
-    with :func:`score_guess`.
+    The pool is ``pool`` if given, else the answers, plus the words of ``extra`` (a secret from
+    outside the answer list, say). Answers are filtered through the pattern matrix; any other
+    word is checked with :func:`score_guess`.
     """
     ans_index = answer_index()
-    if pool is None:
-        mask = np.ones(len(answers()), dtype=bool)
-        extra: list[str] = []
-    else:
-        mask = np.zeros(len(answers()), dtype=bool)
-        extra = []
-        for text in pool:
-            w = _word(text)
-            col = ans_index.get(w)
-            if col is None:
-                if w not in extra:
-                    extra.append(w)
-            else:
-                mask[col] = True
+    mask = np.zeros(len(answers()), dtype=bool) if pool is not None else np.ones(len(answers()), dtype=bool)
+    others: list[str] = []
+    for text in (*(pool or ()), *extra):
+        w = _word(text)
+        col = ans_index.get(w)
+        if col is not None:
+            mask[col] = True
+        elif w not in others:
+            others.append(w)
     for guess, pattern in history:
         mask &= guess_row(guess) == pattern_to_code(pattern)
-    return CandidateSet(np.flatnonzero(mask), tuple(w for w in extra if is_consistent(w, history)))
+    return CandidateSet(np.flatnonzero(mask), tuple(w for w in others if is_consistent(w, history)))
 
 
-def entropy_bits(codes: np.ndarray) -> float:
-    """Entropy in bits of the empirical distribution of ``codes`` (uniform prior over candidates)."""
-    n = len(codes)
+@functools.cache
+def _clogc(size: int) -> np.ndarray:
+    """c * log2(c) for c in [0, size)."""
+    c = np.arange(size, dtype=np.float64)
+    return c * np.log2(np.maximum(c, 1.0))
+
+
+def entropy_bits(codes: np.ndarray) -> np.ndarray:
+    """Entropy in bits of each row of a ``(k, n)`` array of pattern codes (uniform over the n columns).
+
+    One bincount serves all k rows: row r's codes are offset into their own block of 243 buckets.
+    H = log2 n - sum(c log2 c) / n over the bucket counts c.
+    """
+    codes = np.atleast_2d(codes)
+    k, n = codes.shape
     if n == 0:
-        return 0.0
-    counts = np.bincount(codes, minlength=N_PATTERNS)
-    counts = counts[counts > 0]
-    return float(math.log2(n) - (counts * np.log2(counts)).sum() / n)
+        return np.zeros(k)
+    flat = np.add(codes, np.arange(0, k * N_PATTERNS, N_PATTERNS, dtype=np.intp)[:, None])
+    counts = np.bincount(flat.ravel(), minlength=k * N_PATTERNS).reshape(k, N_PATTERNS)
+    # Tables come in powers of two, so a handful serves every candidate-set size.
+    return math.log2(n) - _clogc(1 << n.bit_length())[counts].sum(axis=1) / n
+
+
+@functools.cache
+def opening_information() -> np.ndarray:
+    """Expected information in bits of every allowed guess over all the answers (a game's first turn).
+
+    A constant of the word lists, computed once per process (in chunks, to bound memory): the
+    opening state is the most common state in training data, and the most expensive one.
+    """
+    matrix = pattern_matrix()
+    bits = np.concatenate([entropy_bits(matrix[i : i + 1024]) for i in range(0, len(matrix), 1024)])
+    bits.setflags(write=False)
+    return bits
+
+
+def _is_everything(cands: CandidateSet) -> bool:
+    return not cands.extra and len(cands.idx) == len(answers())
+
+
+def information_many(guesses: Sequence[str], cands: CandidateSet) -> np.ndarray:
+    """Expected information in bits of each guess over ``cands``, in one vectorised pass."""
+    if _is_everything(cands):
+        rows = [allowed_index().get(g) for g in guesses]
+        if None not in rows:
+            return opening_information()[rows]
+    return entropy_bits(cands.codes(guesses))
 
 
 def information(guess: str, cands: CandidateSet) -> tuple[float, float]:
@@ -120,16 +157,9 @@ def information(guess: str, cands: CandidateSet) -> tuple[float, float]:
 
     The normalised value is 0.0 when fewer than two candidates remain (nothing is left to learn).
     """
-    bits = entropy_bits(cands.codes(guess))
+    bits = float(information_many([guess], cands)[0])
     n = len(cands)
     return bits, (bits / math.log2(n) if n > 1 else 0.0)
-
-
-# c * log2(c) for every count a pattern bucket can hold; entropy ranking only needs sum(c log c).
-@functools.cache
-def _clogc(n: int) -> np.ndarray:
-    c = np.arange(n + 1, dtype=np.float64)
-    return np.where(c > 0, c * np.log2(np.maximum(c, 1)), 0.0)
 
 
 def best_guess(cands: CandidateSet) -> str:
@@ -145,12 +175,8 @@ def best_guess(cands: CandidateSet) -> str:
     ans = answers()
     if len(cands) <= 2:
         return ans[int(cands.idx[0])]
-    sub = pattern_matrix()[:, cands.idx].astype(np.int64)  # (n_allowed, n_cands)
-    sub += np.arange(len(sub), dtype=np.int64)[:, None] * N_PATTERNS
-    counts = np.bincount(sub.ravel(), minlength=len(sub) * N_PATTERNS).reshape(len(sub), N_PATTERNS)
-    # H = log2 n - sum(c log2 c) / n, so maximising H minimises sum(c log2 c).
-    cost = _clogc(len(cands))[counts].sum(axis=1)
-    best = np.flatnonzero(cost <= cost.min() + _TIE)
+    bits = opening_information() if _is_everything(cands) else entropy_bits(pattern_matrix()[:, cands.idx])
+    best = np.flatnonzero(bits >= bits.max() - _TIE)
     allowed_words = allowed()
     in_cands = set(cands.idx.tolist())
     ans_index = answer_index()
@@ -183,31 +209,3 @@ class Solver:
             if guess == secret:
                 break
         return history
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Play the greedy entropy solver against every answer.")
-    parser.add_argument("--limit", type=int, default=None, help="play only the first N answers")
-    args = parser.parse_args(argv)
-
-    secrets = answers()[: args.limit]
-    start = time.perf_counter()
-    solver = Solver()
-    lengths = []
-    losses = 0
-    for secret in secrets:
-        game = solver.play(secret)
-        won = game[-1][1] == "GGGGG"
-        losses += not won
-        lengths.append(len(game) if won else MAX_GUESSES + 1)
-    wall = time.perf_counter() - start
-    wins = [n for n in lengths if n <= MAX_GUESSES]
-    dist = Counter(lengths)
-    print(f"games: {len(secrets)}  wins: {len(wins)}  losses: {losses}")
-    print(f"mean guesses (wins): {np.mean(wins):.4f}  total guesses: {sum(wins)}")
-    print("distribution: " + "  ".join(f"{k}:{dist[k]}" for k in sorted(dist) if k <= MAX_GUESSES) + (f"  X:{losses}" if losses else ""))
-    print(f"opener: {solver.next_guess(())}  wall time: {wall:.2f} s (includes loading the pattern matrix)")
-
-
-if __name__ == "__main__":
-    main()

@@ -15,9 +15,6 @@ import numpy as np
 WORD_LENGTH = 5
 MAX_GUESSES = 6
 
-_ASCII_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
 def _read_list(name: str) -> tuple[str, ...]:
     text = resources.files("wordle").joinpath("data").joinpath(name).read_text(encoding="ascii")
     return tuple(line.strip().upper() for line in text.splitlines() if line.strip())
@@ -60,12 +57,12 @@ def lists_fingerprint() -> str:
 def normalize_word(text: object) -> str | None:
     """``text`` upper-cased if it is exactly five ASCII letters, else None.
 
-    Only ASCII counts: ``str.isalpha`` would accept Cyrillic look-alikes such as 'САRЕ'.
+    Only ASCII counts: ``str.isalpha`` would accept Cyrillic look-alikes such as 'САRЕ', and the
+    check comes before upper-casing because ``"STAFﬀ".upper()`` is the ASCII 'STAFFF'.
     """
-    if not isinstance(text, str) or len(text) != WORD_LENGTH:
+    if not isinstance(text, str) or len(text) != WORD_LENGTH or not (text.isascii() and text.isalpha()):
         return None
-    word = text.upper()
-    return word if all(c in _ASCII_UPPER for c in word) else None
+    return text.upper()
 
 
 def is_allowed(text: object) -> bool:

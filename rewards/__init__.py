@@ -1,0 +1,81 @@
+"""Reward functions for Wordle GRPO, built on ``wordle/``, and their registry.
+
+Every reward is named for its metric key (TRL logs ``rewards/<name>/mean``). ``DEFAULT_WEIGHTS``
+is what the trainer uses unless told otherwise; it is chosen so that, for every game state:
+
+(a) any reply that is not an allowed word (unparseable, not five ASCII letters, or a non-word)
+    totals strictly less than any parseable guess of an allowed word, whatever its feedback
+    score: 0.5*1 + 0.1*1.0 < 1*1 + 0.1*(-2.5), i.e. the feedback weight stays below 1/7 of the
+    format weight;
+(b) guessing the secret totals strictly more than any other reply: the win weight exceeds the
+    most the other terms can add, 2.0 > 0.1*(1.0 - (-2.5)) + 1.0.
+
+tests/test_rewards.py checks both on fixed transcripts and on random states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from rewards.functions import (
+    NO_GUESS_FEEDBACK,
+    feedback_reward,
+    format_reward,
+    info_gain_reward,
+    win_reward,
+)
+
+RewardFunc = Callable[..., list[float]]
+
+REWARD_FUNCS: dict[str, RewardFunc] = {
+    f.__name__: f for f in (format_reward, feedback_reward, info_gain_reward, win_reward)
+}
+
+# Documented range of each reward, checked by the property tests.
+REWARD_RANGES: dict[str, tuple[float, float]] = {
+    "format_reward": (0.0, 1.0),
+    "feedback_reward": (-2.5, 1.0),
+    "info_gain_reward": (0.0, 1.0),
+    "win_reward": (0.0, 1.0),
+}
+
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "format_reward": 1.0,
+    "feedback_reward": 0.1,
+    "info_gain_reward": 1.0,
+    "win_reward": 2.0,
+}
+
+
+def get_reward_funcs(names: Iterable[str] | None = None) -> list[RewardFunc]:
+    """The reward functions for ``names`` (all of them, in registry order, by default)."""
+    if names is None:
+        return list(REWARD_FUNCS.values())
+    unknown = [n for n in names if n not in REWARD_FUNCS]
+    if unknown:
+        raise ValueError(f"unknown reward {', '.join(map(repr, unknown))}; valid: {', '.join(REWARD_FUNCS)}")
+    return [REWARD_FUNCS[n] for n in names]
+
+
+def total_reward(completions: list, weights: dict[str, float] | None = None, **columns) -> list[float]:
+    """The weighted sum TRL computes from these rewards: what the ordering rules are stated on."""
+    weights = DEFAULT_WEIGHTS if weights is None else weights
+    totals = [0.0] * len(completions)
+    for name, weight in weights.items():
+        for i, value in enumerate(get_reward_funcs([name])[0](completions, **columns)):
+            totals[i] += weight * value
+    return totals
+
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "NO_GUESS_FEEDBACK",
+    "REWARD_FUNCS",
+    "REWARD_RANGES",
+    "feedback_reward",
+    "format_reward",
+    "get_reward_funcs",
+    "info_gain_reward",
+    "total_reward",
+    "win_reward",
+]

@@ -1,0 +1,188 @@
+"""The reward functions. Each is pure: ``(completions, **dataset_columns) -> list[float]``.
+
+Completions are plain strings or chat-format message lists (TRL passes either). The dataset
+columns arrive as keyword lists, one entry per completion:
+
+- ``secret``: the answer, a five-letter word in any case;
+- ``past_guess_history``: a list of ``[GUESS, PATTERN]`` pairs, PATTERN being five G/Y/B marks.
+
+Whether a reply parses, is a word, or wins is decided by ``wordle/`` alone, the same functions
+the evaluation uses. Nothing here catches exceptions: a malformed reply scores low because the
+parser returns None. A malformed dataset row raises ValueError naming the row.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from wordle.words import allowed_index
+from wordle import candidates, information_many, is_allowed, normalize_word, parse_completion, pattern_to_code
+
+# feedback_reward for a completion with no parseable five-letter guess: the floor of its range,
+# the score of five known-absent letters. Under DEFAULT_WEIGHTS the format term then decides,
+# so a broken reply totals below even an honest guess that reuses absent letters (the course's
+# scheme gave the broken reply 0 and that honest guess -1.5).
+NO_GUESS_FEEDBACK = -2.5
+
+# feedback_reward's per-letter scores, in twentieths so that sums are exact (0.2 * 5 == 1.0).
+_GREEN_KEPT, _YELLOW_MOVED, _YELLOW_REPEATED, _ABSENT_REUSED, _UNKNOWN = 4, 2, -4, -10, 1
+_EMPTY_HISTORY = 0.1
+
+State = tuple[tuple[tuple[str, str], ...], str]
+
+
+def _guess_word(completion: Any) -> str | None:
+    """The five-letter guess (upper case) of a well-formed reply, or None."""
+    return normalize_word(parse_completion(completion))
+
+
+def _history(row: int, history: Any) -> tuple[tuple[str, str], ...]:
+    """A dataset row's history as upper-case (GUESS, PATTERN) pairs; ValueError if malformed."""
+    if history is None:
+        return ()
+    if isinstance(history, (str, bytes)) or not isinstance(history, Sequence):
+        raise ValueError(f"row {row}: past_guess_history must be a list of [GUESS, PATTERN] pairs, got {history!r}")
+    pairs = []
+    for item in history:
+        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
+            raise ValueError(f"row {row}: past_guess_history entry {item!r} is not a [GUESS, PATTERN] pair")
+        guess, pattern = normalize_word(item[0]), item[1]
+        if guess is None:
+            raise ValueError(f"row {row}: past_guess_history guess {item[0]!r} is not a five-letter word")
+        try:
+            pattern_to_code(pattern)
+        except ValueError:
+            raise ValueError(f"row {row}: past_guess_history pattern {pattern!r} is not five G/Y/B marks") from None
+        pairs.append((guess, pattern.upper()))
+    return tuple(pairs)
+
+
+def _secret(row: int, secret: Any) -> str:
+    word = normalize_word(secret)
+    if word is None:
+        raise ValueError(f"row {row}: secret {secret!r} is not a five-letter word")
+    return word
+
+
+def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 allowed word, 0.5 five ASCII letters but not a word, 0.1 parses but not five ASCII
+    letters, 0.0 does not parse. Range [0, 1]."""
+    scores = []
+    for completion in completions:
+        raw = parse_completion(completion)
+        if raw is None:
+            scores.append(0.0)
+        elif normalize_word(raw) is None:
+            scores.append(0.1)
+        else:
+            scores.append(1.0 if is_allowed(raw) else 0.5)
+    return scores
+
+
+def _letter_knowledge(history: tuple[tuple[str, str], ...]) -> tuple[dict[str, set[int]], dict[str, set[int]], set[str]]:
+    """Per letter: positions marked G, positions marked Y, and letters only ever marked B."""
+    green: dict[str, set[int]] = {}
+    yellow: dict[str, set[int]] = {}
+    grey: set[str] = set()
+    for guess, pattern in history:
+        for i, (letter, mark) in enumerate(zip(guess, pattern)):
+            if mark == "G":
+                green.setdefault(letter, set()).add(i)
+            elif mark == "Y":
+                yellow.setdefault(letter, set()).add(i)
+            else:
+                grey.add(letter)
+    # A letter marked B in one place and G or Y elsewhere is a duplicate-letter grey, not absent.
+    return green, yellow, grey - green.keys() - yellow.keys()
+
+
+def feedback_reward(completions: list[Any], past_guess_history: Sequence[Any], **kwargs: Any) -> list[float]:
+    """How well the guess uses earlier feedback: per letter +0.2 green kept, +0.1 yellow moved,
+    -0.2 yellow left in place, -0.5 known-absent letter reused, +0.05 otherwise. 0.1 with no
+    history; -2.5 when there is no parseable five-letter guess. Range [-2.5, 1.0]."""
+    knowledge: dict[tuple, tuple] = {}
+    scores = []
+    for row, (completion, raw_history) in enumerate(zip(completions, past_guess_history, strict=True)):
+        history = _history(row, raw_history)
+        word = _guess_word(completion)
+        if word is None:
+            scores.append(NO_GUESS_FEEDBACK)
+            continue
+        if not history:
+            scores.append(_EMPTY_HISTORY)
+            continue
+        if history not in knowledge:
+            knowledge[history] = _letter_knowledge(history)
+        green, yellow, absent = knowledge[history]
+        total = 0
+        for i, letter in enumerate(word):
+            if i in green.get(letter, ()):
+                total += _GREEN_KEPT
+            elif letter in yellow:
+                total += _YELLOW_REPEATED if i in yellow[letter] else _YELLOW_MOVED
+            elif letter in absent:
+                total += _ABSENT_REUSED
+            else:
+                total += _UNKNOWN
+        scores.append(total / 20)
+    return scores
+
+
+def _states(past_guess_history: Sequence[Any], secret: Sequence[Any]) -> list[State]:
+    """Each row's validated (history, secret). Rows usually share a few states (every generation
+    of a prompt carries the same one), so each distinct state object is validated once."""
+    seen: dict[tuple[int, int], State] = {}
+    states = []
+    for row, (raw_history, raw_secret) in enumerate(zip(past_guess_history, secret, strict=True)):
+        # id() is safe as a key here: every object stays alive in the caller's lists meanwhile.
+        key = (id(raw_history), id(raw_secret))
+        if key not in seen:
+            seen[key] = (_history(row, raw_history), _secret(row, raw_secret))
+        states.append(seen[key])
+    return states
+
+
+def info_gain_reward(
+    completions: list[Any], past_guess_history: Sequence[Any], secret: Sequence[Any], **kwargs: Any
+) -> list[float]:
+    """Expected information of the guess over the candidates still possible, divided by log2 of
+    their number. With one candidate left: 1.0 for guessing it, else 0.0. 0.0 for a reply that
+    is not an allowed word. Range [0, 1]."""
+    states = _states(past_guess_history, secret)
+    if len(states) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(states)} dataset rows")
+    # Group rows by state, then by guess: candidates are filtered once per state and one
+    # vectorised entropy pass scores all of a state's distinct guesses.
+    groups: dict[State, dict[str, list[int]]] = {}
+    allowed_words = allowed_index()
+    for row, (completion, state) in enumerate(zip(completions, states)):
+        word = _guess_word(completion)
+        if word in allowed_words:
+            groups.setdefault(state, {}).setdefault(word, []).append(row)
+    scores = [0.0] * len(completions)
+    for (history, secret_word), by_word in groups.items():
+        # The secret joins the pool when a dataset uses one outside the answer list.
+        cands = candidates(history, extra=(secret_word,))
+        if len(cands) <= 1:
+            values = [1.0 if word in cands else 0.0 for word in by_word]
+        else:
+            # Clipped against float residue (e.g. -4e-16 for a guess that splits nothing).
+            values = np.clip(information_many(list(by_word), cands) / math.log2(len(cands)), 0.0, 1.0).tolist()
+        for rows, value in zip(by_word.values(), values):
+            for row in rows:
+                scores[row] = value
+    return scores
+
+
+def win_reward(completions: list[Any], secret: Sequence[Any], **kwargs: Any) -> list[float]:
+    """1.0 if the parsed guess is the secret (any case), else 0.0. Range [0, 1]."""
+    scores = []
+    for row, (completion, raw_secret) in enumerate(zip(completions, secret, strict=True)):
+        scores.append(1.0 if _guess_word(completion) == _secret(row, raw_secret) else 0.0)
+    return scores
+

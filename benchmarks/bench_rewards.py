@@ -125,7 +125,10 @@ def main() -> None:
     # must return our values. As written: the course filters its whole word list, the list that
     # also decides validity, which here is the 12972 accepted words.
     sample = rng.sample(range(n), min(args.course_sample, n))
-    pools = {"like for like, pool = 2315 answers": list(answers()), "as written, pool = 12972 accepted words": list(allowed())}
+    pools = {
+        "like for like, pool = 2315 answers": list(answers()),
+        "as written, pool = 12972 accepted words": list(allowed()),
+    }
     print(f"batch: {n} completions ({args.states} states x {args.generations} generations, 0-4 past guesses)")
     print(f"info_gain_reward (pattern matrix): median {ours_us:9.2f} us/completion over {args.repeats} batches")
     for label, pool in pools.items():
@@ -141,8 +144,10 @@ def main() -> None:
                 max_diff = max(max_diff, abs(value - ours[i]))
         course_us = statistics.median(times) * 1e6
         check = f", max |ours - course| {max_diff:.1e}" if len(pool) == len(answers()) else ""
-        print(f"course guess_value, {label}: median {course_us:9.0f} us/completion "
-              f"over {len(sample)} completions -> {course_us / ours_us:,.0f}x{check}")
+        print(
+            f"course guess_value, {label}: median {course_us:9.0f} us/completion "
+            f"over {len(sample)} completions -> {course_us / ours_us:,.0f}x{check}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ parser returns None. A malformed dataset row raises ValueError naming the row.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from wordle.words import allowed_index
 from wordle import candidates, information_many, is_allowed, normalize_word, parse_completion, pattern_to_code
+from wordle.words import allowed_index
 
 # feedback_reward for a completion with no parseable five-letter guess: the floor of its range,
 # the score of five known-absent letters. Under DEFAULT_WEIGHTS the format term then decides,
@@ -84,7 +83,9 @@ def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
     return scores
 
 
-def _letter_knowledge(history: tuple[tuple[str, str], ...]) -> tuple[dict[str, set[int]], dict[str, set[int]], set[str]]:
+def _letter_knowledge(
+    history: tuple[tuple[str, str], ...],
+) -> tuple[dict[str, set[int]], dict[str, set[int]], set[str]]:
     """Per letter: positions marked G, positions marked Y, and letters only ever marked B."""
     green: dict[str, set[int]] = {}
     yellow: dict[str, set[int]] = {}
@@ -185,4 +186,3 @@ def win_reward(completions: list[Any], secret: Sequence[Any], **kwargs: Any) -> 
     for row, (completion, raw_secret) in enumerate(zip(completions, secret, strict=True)):
         scores.append(1.0 if _guess_word(completion) == _secret(row, raw_secret) else 0.0)
     return scores
-

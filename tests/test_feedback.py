@@ -6,8 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wordle import ALL_GREEN, allowed, answers, code_to_pattern, pattern_codes, pattern_matrix, pattern_to_code, score_guess
-from wordle import feedback
+from wordle import (
+    ALL_GREEN,
+    allowed,
+    answers,
+    code_to_pattern,
+    feedback,
+    pattern_codes,
+    pattern_matrix,
+    pattern_to_code,
+    score_guess,
+)
 from wordle.words import encode
 
 words = st.sampled_from(allowed())

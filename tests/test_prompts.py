@@ -101,7 +101,10 @@ def test_format_feedback_notations():
         ("", None),
         ("<THINK>r</THINK><GUESS>CRANE</GUESS>", None),  # the format's tags are lower case
         ([{"role": "assistant", "content": "<think>r</think><guess>CRANE</guess>"}], "CRANE"),  # chat format
-        ([{"role": "assistant", "content": [{"type": "text", "text": "<think>r</think><guess>ROBIN</guess>"}]}], "ROBIN"),
+        (
+            [{"role": "assistant", "content": [{"type": "text", "text": "<think>r</think><guess>ROBIN</guess>"}]}],
+            "ROBIN",
+        ),
         (None, None),
         (42, None),
     ],

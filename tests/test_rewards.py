@@ -19,7 +19,7 @@ from rewards import (
     total_reward,
     win_reward,
 )
-from wordle import allowed, answers, candidates, history_for, is_allowed, score_guess
+from wordle import allowed, answers, candidates, history_for, is_allowed
 
 
 def reply(word: str, think: str = "reasoning") -> str:
@@ -50,6 +50,7 @@ HACKS = {
 
 
 # --- format_reward -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "completion, expected",
@@ -163,11 +164,14 @@ def test_info_gain_batch_equals_row_by_row():
             histories.append(history)
             secrets.append(secret)
     batch = info_gain_reward(completions, past_guess_history=histories, secret=secrets)
-    single = [info_gain_reward([c], past_guess_history=[h], secret=[s])[0] for c, h, s in zip(completions, histories, secrets)]
+    single = [
+        info_gain_reward([c], past_guess_history=[h], secret=[s])[0] for c, h, s in zip(completions, histories, secrets)
+    ]
     assert batch == single
 
 
 # --- win_reward ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "completion, expected",
@@ -187,6 +191,7 @@ def test_win_reward(completion, expected):
 
 
 # --- registry ------------------------------------------------------------------------------------
+
 
 def test_registry_names_are_metric_keys():
     assert list(REWARD_FUNCS) == ["format_reward", "feedback_reward", "info_gain_reward", "win_reward"]
@@ -218,9 +223,9 @@ def test_malformed_row_names_row_and_field(history, secret, message):
 
 # --- ordering rules and properties ---------------------------------------------------------------
 
-states = st.tuples(
-    st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5)
-).map(lambda t: (t[0], [list(p) for p in history_for(t[0], [g for g in t[1] if g != t[0]])]))
+states = st.tuples(st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5)).map(
+    lambda t: (t[0], [list(p) for p in history_for(t[0], [g for g in t[1] if g != t[0]])])
+)
 
 
 def totals(completions, secret, history):
@@ -277,12 +282,22 @@ def test_ordering_a_worst_case_by_hand():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(), st.text(alphabet="<>/thinkguesTHINKGUES ROBIN\n"), st.binary().map(lambda b: b.decode("latin-1"))), states)
+@given(
+    st.one_of(
+        st.text(), st.text(alphabet="<>/thinkguesTHINKGUES ROBIN\n"), st.binary().map(lambda b: b.decode("latin-1"))
+    ),
+    states,
+)
 def test_no_reward_raises_and_all_stay_in_range(text, state):
     secret, history = state
     for name, fn in REWARD_FUNCS.items():
         low, high = REWARD_RANGES[name]
-        for completion in (text, reply(text), f"<think>{text}</think><guess>{text[:5]}</guess>", [{"role": "assistant", "content": text}]):
+        for completion in (
+            text,
+            reply(text),
+            f"<think>{text}</think><guess>{text[:5]}</guess>",
+            [{"role": "assistant", "content": text}],
+        ):
             value = fn([completion], past_guess_history=[history], secret=[secret])[0]
             assert isinstance(value, float) and low <= value <= high and not math.isnan(value)
 

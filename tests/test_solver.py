@@ -29,7 +29,9 @@ def test_candidates_extra_pool_word():
     cands = candidates(history, extra=[secret])
     assert secret in cands and secret in cands.extra
     assert len(cands) == len(candidates(history)) + 1
-    assert candidates(history, pool=["AAHED", "ABIDE", "ZZZZZ"]).words() == brute_candidates(history, ["ABIDE", "AAHED", "ZZZZZ"])
+    assert candidates(history, pool=["AAHED", "ABIDE", "ZZZZZ"]).words() == brute_candidates(
+        history, ["ABIDE", "AAHED", "ZZZZZ"]
+    )
 
 
 @settings(max_examples=30, deadline=None)

@@ -169,13 +169,17 @@ def _load_cached(path: Path) -> np.ndarray | None:
 
 def _save_cached(path: Path, matrix: np.ndarray) -> None:
     # Written to a temporary file and renamed, so a reader never sees half a file.
+    tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
+            tmp_name = tmp.name
             np.savez(tmp, patterns=matrix, key=np.array(_cache_key()), digest=np.array(_digest(matrix)))
-        os.replace(tmp.name, path)
+        os.replace(tmp_name, path)
     except OSError as exc:
         logger.warning("could not cache the pattern matrix at %s (%s); it will be rebuilt next run", path, exc)
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)  # a full disk must not leave half a file behind
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wordle.feedback import ALL_GREEN, N_PATTERNS, pattern_codes, pattern_matrix, pattern_to_code, score_guess
+from wordle.feedback import N_PATTERNS, pattern_codes, pattern_matrix, pattern_to_code, score_guess
 from wordle.words import MAX_GUESSES, allowed, allowed_index, answer_index, answers, encode, normalize_word
 
 History = Sequence[tuple[str, str]]

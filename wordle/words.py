@@ -15,6 +15,7 @@ import numpy as np
 WORD_LENGTH = 5
 MAX_GUESSES = 6
 
+
 def _read_list(name: str) -> tuple[str, ...]:
     text = resources.files("wordle").joinpath("data").joinpath(name).read_text(encoding="ascii")
     return tuple(line.strip().upper() for line in text.splitlines() if line.strip())

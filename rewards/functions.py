@@ -14,8 +14,8 @@ parser returns None. A malformed dataset row raises ValueError naming the row.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ _GREEN_KEPT, _YELLOW_MOVED, _YELLOW_REPEATED, _ABSENT_REUSED, _UNKNOWN = 4, 2, -
 _EMPTY_HISTORY = 0.1
 
 State = tuple[tuple[tuple[str, str], ...], str]
+T = TypeVar("T")
 
 
 def _guess_word(completion: Any) -> str | None:
@@ -108,8 +109,7 @@ def feedback_reward(completions: list[Any], past_guess_history: Sequence[Any], *
     history; -2.5 when there is no parseable five-letter guess. Range [-2.5, 1.0]."""
     knowledge: dict[tuple, tuple] = {}
     scores = []
-    for row, (completion, raw_history) in enumerate(zip(completions, past_guess_history, strict=True)):
-        history = _history(row, raw_history)
+    for completion, history in zip(completions, _validated(past_guess_history, _history), strict=True):
         word = _guess_word(completion)
         if word is None:
             scores.append(NO_GUESS_FEEDBACK)
@@ -134,18 +134,17 @@ def feedback_reward(completions: list[Any], past_guess_history: Sequence[Any], *
     return scores
 
 
-def _states(past_guess_history: Sequence[Any], secret: Sequence[Any]) -> list[State]:
-    """Each row's validated (history, secret). Rows usually share a few states (every generation
-    of a prompt carries the same one), so each distinct state object is validated once."""
-    seen: dict[tuple[int, int], State] = {}
-    states = []
-    for row, (raw_history, raw_secret) in enumerate(zip(past_guess_history, secret, strict=True)):
-        # id() is safe as a key here: every object stays alive in the caller's lists meanwhile.
-        key = (id(raw_history), id(raw_secret))
-        if key not in seen:
-            seen[key] = (_history(row, raw_history), _secret(row, raw_secret))
-        states.append(seen[key])
-    return states
+def _validated(column: Sequence[Any], check: Callable[[int, Any], T]) -> list[T]:
+    """``check(row, value)`` for each row of a dataset column, once per distinct object: every
+    generation of a prompt carries the same value, so a batch holds only a few."""
+    seen: dict[int, T] = {}
+    out = []
+    for row, value in enumerate(column):
+        # id() is safe as a key here: every value stays alive in the caller's list meanwhile.
+        if id(value) not in seen:
+            seen[id(value)] = check(row, value)
+        out.append(seen[id(value)])
+    return out
 
 
 def info_gain_reward(
@@ -154,14 +153,12 @@ def info_gain_reward(
     """Expected information of the guess over the candidates still possible, divided by log2 of
     their number. With one candidate left: 1.0 for guessing it, else 0.0. 0.0 for a reply that
     is not an allowed word. Range [0, 1]."""
-    states = _states(past_guess_history, secret)
-    if len(states) != len(completions):
-        raise ValueError(f"{len(completions)} completions but {len(states)} dataset rows")
+    states = list(zip(_validated(past_guess_history, _history), _validated(secret, _secret), strict=True))
     # Group rows by state, then by guess: candidates are filtered once per state and one
     # vectorised entropy pass scores all of a state's distinct guesses.
     groups: dict[State, dict[str, list[int]]] = {}
     allowed_words = allowed_index()
-    for row, (completion, state) in enumerate(zip(completions, states)):
+    for row, (completion, state) in enumerate(zip(completions, states, strict=True)):
         word = _guess_word(completion)
         if word in allowed_words:
             groups.setdefault(state, {}).setdefault(word, []).append(row)
@@ -182,7 +179,5 @@ def info_gain_reward(
 
 def win_reward(completions: list[Any], secret: Sequence[Any], **kwargs: Any) -> list[float]:
     """1.0 if the parsed guess is the secret (any case), else 0.0. Range [0, 1]."""
-    scores = []
-    for row, (completion, raw_secret) in enumerate(zip(completions, secret, strict=True)):
-        scores.append(1.0 if _guess_word(completion) == _secret(row, raw_secret) else 0.0)
-    return scores
+    secrets = _validated(secret, _secret)
+    return [1.0 if _guess_word(c) == s else 0.0 for c, s in zip(completions, secrets, strict=True)]

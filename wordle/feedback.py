@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 
 N_PATTERNS = 3**WORD_LENGTH
 ALL_GREEN = N_PATTERNS - 1
-_POW3 = 3 ** np.arange(WORD_LENGTH, dtype=np.int64)
 
 # Bump when the encoding or the algorithm changes: it is part of the cache key.
 MATRIX_FORMAT_VERSION = 1
@@ -60,24 +59,14 @@ def score_guess(guess: str, answer: str) -> str:
     return "".join(marks)
 
 
-def _code_table() -> dict[str, int]:
-    table = {}
-    for code in range(N_PATTERNS):
-        pattern = "".join("BYG"[(code // 3**i) % 3] for i in range(WORD_LENGTH))
-        table[pattern] = table[pattern.lower()] = code
-    return table
-
-
-# Every pattern in upper and lower case -> code: a dict lookup is the hot path of candidate filtering.
-_CODES = _code_table()
-_PATTERNS = tuple(p for p in _CODES if p.isupper())
+# Every pattern -> its code: a dict lookup is the hot path of candidate filtering.
+_PATTERNS = tuple("".join("BYG"[(code // 3**i) % 3] for i in range(WORD_LENGTH)) for code in range(N_PATTERNS))
+_CODES = {pattern: code for code, pattern in enumerate(_PATTERNS)}
 
 
 def pattern_to_code(pattern: str) -> int:
     """``"GYBBB"`` (any case) -> its base-3 code. Raises ValueError on anything but five G/Y/B marks."""
-    code = _CODES.get(pattern) if isinstance(pattern, str) else None
-    if code is None:
-        code = _CODES.get(pattern.upper()) if isinstance(pattern, str) else None
+    code = _CODES.get(pattern.upper()) if isinstance(pattern, str) else None
     if code is None:
         raise ValueError(f"a pattern is five of G/Y/B, got {pattern!r}")
     return code

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from wordle.feedback import score_guess
+from wordle.feedback import pattern_to_code, score_guess
 from wordle.words import MAX_GUESSES, WORD_LENGTH, normalize_word
 
 History = Sequence[tuple[str, str]]
@@ -48,8 +48,9 @@ def format_feedback(guess: str, pattern: str, notation: str = "seed") -> str:
     """``("CRANE", "BGYBB")`` -> ``"C(-) R(✓) A(~) N(-) E(-)"`` in the given notation."""
     marks = NOTATIONS[notation]
     word = normalize_word(guess)
-    if word is None or len(pattern) != WORD_LENGTH or any(c not in "GYB" for c in pattern.upper()):
-        raise ValueError(f"cannot format guess {guess!r} with pattern {pattern!r}")
+    if word is None:
+        raise ValueError(f"cannot format feedback for {guess!r}: not a five-letter word")
+    pattern_to_code(pattern)  # raises ValueError unless it is five G/Y/B marks
     return " ".join(f"{c}({marks[m]})" for c, m in zip(word, pattern.upper()))
 
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from wordle import candidates, information_many, is_allowed, normalize_word, parse_completion, pattern_to_code
+from wordle import candidates, information_many, is_allowed, normalize_word, parse_completion, row_history, row_secret
 from wordle.words import allowed_index
 
 # feedback_reward for a completion with no parseable five-letter guess: the floor of its range,
@@ -39,34 +39,6 @@ T = TypeVar("T")
 def _guess_word(completion: Any) -> str | None:
     """The five-letter guess (upper case) of a well-formed reply, or None."""
     return normalize_word(parse_completion(completion))
-
-
-def _history(row: int, history: Any) -> tuple[tuple[str, str], ...]:
-    """A dataset row's history as upper-case (GUESS, PATTERN) pairs; ValueError if malformed."""
-    if history is None:
-        return ()
-    if isinstance(history, (str, bytes)) or not isinstance(history, Sequence):
-        raise ValueError(f"row {row}: past_guess_history must be a list of [GUESS, PATTERN] pairs, got {history!r}")
-    pairs = []
-    for item in history:
-        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
-            raise ValueError(f"row {row}: past_guess_history entry {item!r} is not a [GUESS, PATTERN] pair")
-        guess, pattern = normalize_word(item[0]), item[1]
-        if guess is None:
-            raise ValueError(f"row {row}: past_guess_history guess {item[0]!r} is not a five-letter word")
-        try:
-            pattern_to_code(pattern)
-        except ValueError:
-            raise ValueError(f"row {row}: past_guess_history pattern {pattern!r} is not five G/Y/B marks") from None
-        pairs.append((guess, pattern.upper()))
-    return tuple(pairs)
-
-
-def _secret(row: int, secret: Any) -> str:
-    word = normalize_word(secret)
-    if word is None:
-        raise ValueError(f"row {row}: secret {secret!r} is not a five-letter word")
-    return word
 
 
 def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
@@ -109,7 +81,7 @@ def feedback_reward(completions: list[Any], past_guess_history: Sequence[Any], *
     history; -2.5 when there is no parseable five-letter guess. Range [-2.5, 1.0]."""
     knowledge: dict[tuple, tuple] = {}
     scores = []
-    for completion, history in zip(completions, _validated(past_guess_history, _history), strict=True):
+    for completion, history in zip(completions, _validated(past_guess_history, row_history), strict=True):
         word = _guess_word(completion)
         if word is None:
             scores.append(NO_GUESS_FEEDBACK)
@@ -153,7 +125,7 @@ def info_gain_reward(
     """Expected information of the guess over the candidates still possible, divided by log2 of
     their number. With one candidate left: 1.0 for guessing it, else 0.0. 0.0 for a reply that
     is not an allowed word. Range [0, 1]."""
-    states = list(zip(_validated(past_guess_history, _history), _validated(secret, _secret), strict=True))
+    states = list(zip(_validated(past_guess_history, row_history), _validated(secret, row_secret), strict=True))
     # Group rows by state, then by guess: candidates are filtered once per state and one
     # vectorised entropy pass scores all of a state's distinct guesses.
     groups: dict[State, dict[str, list[int]]] = {}
@@ -179,5 +151,5 @@ def info_gain_reward(
 
 def win_reward(completions: list[Any], secret: Sequence[Any], **kwargs: Any) -> list[float]:
     """1.0 if the parsed guess is the secret (any case), else 0.0. Range [0, 1]."""
-    secrets = _validated(secret, _secret)
+    secrets = _validated(secret, row_secret)
     return [1.0 if _guess_word(c) == s else 0.0 for c, s in zip(completions, secrets, strict=True)]

@@ -21,6 +21,8 @@ from wordle.prompts import (
     parse_feedback,
     parse_history,
     render_prompt,
+    row_history,
+    row_secret,
 )
 from wordle.solver import (
     CandidateSet,
@@ -64,5 +66,7 @@ __all__ = [
     "pattern_matrix",
     "pattern_to_code",
     "render_prompt",
+    "row_history",
+    "row_secret",
     "score_guess",
 ]

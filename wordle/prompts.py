@@ -139,8 +139,7 @@ def row_history(row: int, history: Any) -> tuple[tuple[str, str], ...]:
     if history is None:
         return ()
     if isinstance(history, (str, bytes)) or not isinstance(history, Sequence):
-        # ValueError, not TypeError: a bad dataset row is bad data, and callers catch one error type.
-        raise ValueError(f"row {row}: past_guess_history must be a list of [GUESS, PATTERN] pairs, got {history!r}")  # noqa: TRY004
+        raise ValueError(f"row {row}: past_guess_history must be a list of [GUESS, PATTERN] pairs, got {history!r}")
     pairs = []
     for item in history:
         if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:

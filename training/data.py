@@ -1,0 +1,231 @@
+"""Training data: single-turn game states, the held-out evaluation secrets, and dataset files.
+
+A row is one game state: ``prompt`` (chat messages rendered by ``wordle.render_prompt``),
+``secret`` and ``past_guess_history`` (a list of ``[GUESS, PATTERN]`` pairs, PATTERN in G/Y/B),
+the columns the rewards read.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import logging
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from wordle import (
+    MAX_GUESSES,
+    Solver,
+    allowed,
+    answers,
+    candidates,
+    parse_feedback,
+    render_prompt,
+    row_history,
+    row_secret,
+    score_guess,
+)
+
+logger = logging.getLogger(__name__)
+
+EVAL_SIZE = 300
+# Changing the salt changes which secrets are held out, and so invalidates every reported result.
+_SPLIT_SALT = b"wordle-grpo/eval-split/v1"
+
+
+def _split_rank(word: str) -> bytes:
+    return hashlib.blake2b(_SPLIT_SALT + word.encode(), digest_size=8).digest()
+
+
+@functools.cache
+def eval_secrets() -> tuple[str, ...]:
+    """The fixed held-out secrets (300 answers picked by a salted hash), alphabetical.
+
+    A hash rather than a seeded shuffle, so that the split does not depend on the list order or
+    on any random generator's implementation. No training row ever uses one of these.
+    """
+    return tuple(sorted(sorted(answers(), key=_split_rank)[:EVAL_SIZE]))
+
+
+@functools.cache
+def train_secrets() -> tuple[str, ...]:
+    """Every answer that is not held out, in list order."""
+    held_out = set(eval_secrets())
+    return tuple(w for w in answers() if w not in held_out)
+
+
+def play_state(secret: str, n_past: int, rng: random.Random, solver: Solver, explore: float) -> list[tuple[str, str]]:
+    """A history of up to ``n_past`` guesses against ``secret`` that has not yet won.
+
+    Each guess is the solver's with probability ``1 - explore``; otherwise it is exploratory,
+    half the time a random still-possible answer and half the time a random allowed word, so
+    that histories include the imperfect play a policy produces. A guess that would win ends
+    the history early: the state before it is kept.
+    """
+    history: list[tuple[str, str]] = []
+    while len(history) < n_past:
+        if rng.random() >= explore:
+            guess = solver.next_guess(history)
+        elif rng.random() < 0.5:
+            guess = rng.choice(candidates(history).words())
+        else:
+            guess = rng.choice(allowed())
+        if guess == secret:
+            break
+        history.append((guess, score_guess(guess, secret)))
+    return history
+
+
+def make_row(secret: str, history: Sequence[tuple[str, str]], system_prompt: str | None = None) -> dict[str, Any]:
+    kwargs = {} if system_prompt is None else {"system_prompt": system_prompt}
+    return {
+        "prompt": render_prompt(history, **kwargs),
+        "secret": secret,
+        "past_guess_history": [[g, p] for g, p in history],
+    }
+
+
+def build_rows(
+    n_rows: int, seed: int, secrets: Sequence[str] | None = None, explore: float = 0.3, solver: Solver | None = None
+) -> list[dict[str, Any]]:
+    """``n_rows`` game states from ``secrets`` (the training secrets by default), deterministic in ``seed``.
+
+    Secrets are dealt from repeated shuffles, so each is used about equally; the number of past
+    guesses is uniform over 0..5 (fewer when the game would already have been won).
+    """
+    secrets = list(train_secrets() if secrets is None else secrets)
+    if not secrets:
+        raise ValueError("no secrets to build game states from")
+    rng = random.Random(seed)
+    solver = solver or Solver()
+    rows: list[dict[str, Any]] = []
+    deck: list[str] = []
+    while len(rows) < n_rows:
+        if not deck:
+            deck = secrets.copy()
+            rng.shuffle(deck)
+        secret = deck.pop()
+        history = play_state(secret, rng.randrange(MAX_GUESSES), rng, solver, explore)
+        rows.append(make_row(secret, history))
+    return rows
+
+
+def build_dataset(
+    n_rows: int, seed: int, secrets: Sequence[str] | None = None, explore: float = 0.3
+) -> datasets.Dataset:
+    return datasets.Dataset.from_list(build_rows(n_rows, seed, secrets, explore))
+
+
+# --- files --------------------------------------------------------------------------------------
+
+_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def _course_history(row: int, value: Any) -> list[list[str]]:
+    """The course CSV's ``past_guess_history``: a string holding a list of [GUESS, 'C(x) R(✓) …'] pairs."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        return []
+    try:
+        pairs = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"row {row}: past_guess_history {value!r} is not a list of [GUESS, FEEDBACK] pairs") from None
+    if not isinstance(pairs, (list, tuple)):
+        raise ValueError(f"row {row}: past_guess_history {value!r} is not a list of [GUESS, FEEDBACK] pairs")
+    out = []
+    for pair in pairs:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ValueError(f"row {row}: past_guess_history entry {pair!r} is not a [GUESS, FEEDBACK] pair")
+        guess, feedback = pair
+        if len(feedback.strip()) == 5:  # already G/Y/B
+            out.append([guess, feedback.strip()])
+            continue
+        try:
+            letters, pattern = parse_feedback(f"{guess}: {feedback}", notation="course")
+        except ValueError as exc:
+            raise ValueError(f"row {row}: past_guess_history: {exc}") from None
+        out.append([letters, pattern])
+    return out
+
+
+def validate_rows(rows: Iterable[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
+    """Rows checked and normalised: ValueError naming the row and field of the first bad one.
+
+    Beyond each field's form, the history must be what the secret would have produced, and the
+    game must not already be over; either would make every reward on that row meaningless.
+    The prompt is re-rendered from the history, so a file's prompts can never disagree with it.
+    """
+    out = []
+    for i, row in enumerate(rows):
+        for field in ("secret", "past_guess_history"):
+            if field not in row:
+                raise ValueError(f"row {i}: missing field {field!r}")
+        secret = row_secret(i, row["secret"])
+        history = row_history(i, row["past_guess_history"])
+        for guess, pattern in history:
+            if score_guess(guess, secret) != pattern:
+                raise ValueError(
+                    f"row {i}: past_guess_history says {guess} scored {pattern} against {secret}, "
+                    f"but it scores {score_guess(guess, secret)}"
+                )
+        if len(history) >= MAX_GUESSES or any(g == secret for g, _ in history):
+            raise ValueError(f"row {i}: past_guess_history is a finished game (won or out of guesses)")
+        out.append(make_row(secret, history, system_prompt))
+    return out
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows from a JSONL, JSON, parquet or course-style CSV file, validated (see ``validate_rows``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file {path} does not exist")
+    fmt = _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"dataset file {path}: unknown format {path.suffix!r}; use one of {', '.join(_FORMATS)}")
+    # keep_in_memory and no cache dir: a small local file, and nothing written beside it.
+    raw = datasets.load_dataset(fmt, data_files=str(path), split="train", keep_in_memory=True)
+    rows = raw.to_list()
+    if fmt == "csv":
+        for i, row in enumerate(rows):
+            if "past_guess_history" in row:
+                row["past_guess_history"] = _course_history(i, row["past_guess_history"])
+    return validate_rows(rows)
+
+
+def save_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows as JSONL or parquet (by suffix) through ``datasets``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ds = datasets.Dataset.from_list(list(rows))
+    if path.suffix.lower() == ".parquet":
+        ds.to_parquet(str(path))
+    elif path.suffix.lower() in (".jsonl", ".json"):
+        ds.to_json(str(path), lines=True, force_ascii=False)
+    else:
+        raise ValueError(f"dataset file {path}: can only write .jsonl or .parquet")
+    return path
+
+
+def drop_long_prompts(ds: datasets.Dataset, tokenizer: Any, max_prompt_tokens: int) -> datasets.Dataset:
+    """Rows whose templated prompt fits in ``max_prompt_tokens``; logs how many were dropped.
+
+    TRL no longer truncates prompts, and a truncated game state would be a different game.
+    """
+    lengths = [
+        len(tokenizer.apply_chat_template(p, tokenize=True, add_generation_prompt=True, return_dict=False))
+        for p in ds["prompt"]
+    ]
+    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_tokens]
+    dropped = len(ds) - len(keep)
+    if dropped:
+        logger.warning("dropped %d of %d prompts longer than %d tokens", dropped, len(ds), max_prompt_tokens)
+    else:
+        logger.info("all %d prompts fit in %d tokens (longest %d)", len(ds), max_prompt_tokens, max(lengths, default=0))
+    return ds.select(keep) if dropped else ds

@@ -1,0 +1,157 @@
+"""Train a LoRA adapter that plays Wordle by reasoning, with GRPO (TRL). The one entry point.
+
+One command per profile (profiles/NAME.yaml; any field can be overridden on the command line):
+
+    python grpo_train.py --profile cpu               # any machine, offline: the embedded tiny model, minutes
+    python grpo_train.py --profile mps               # Apple Silicon: Qwen2.5-3B-Instruct + LoRA, fp32
+    python grpo_train.py --profile cuda              # NVIDIA: Qwen2.5-3B-Instruct, 4-bit NF4 QLoRA
+    python grpo_train.py --profile rocm              # AMD under ROCm: bf16 LoRA, no bitsandbytes
+    python grpo_train.py --profile auto --dry-run    # what a run here would do, as YAML, without loading anything
+
+Useful flags: --max-completion 96 (memory is short), --no-4bit (no bitsandbytes), --resume (after an
+interruption), --model PATH_OR_HUB_ID, --config my.yaml (between the profile and the command line),
+--merge (also write a merged model), --dataset rows.jsonl.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import datasets
+import torch
+import transformers
+from rich.logging import RichHandler
+from transformers.trainer_utils import get_last_checkpoint
+
+from rewards import get_reward_funcs
+from training.config import ConfigError, Resolved, resolve, to_yaml
+from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
+from training.device import MpsCacheCallback
+from training.modeling import load_model, load_tokenizer, merge_adapter, model_source, peft_config
+from training.trainer import WordleGRPOTrainer
+
+logger = logging.getLogger("grpo_train")
+
+CONFIG_FILE = "wordle_grpo_config.yaml"
+ROWS_FILE = "train_rows.jsonl"
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
+    transformers.utils.logging.set_verbosity_warning()
+
+
+def check_output_dir(resolved: Resolved) -> Path:
+    """Never train over an earlier run's checkpoints by accident: that run would be lost."""
+    out = Path(resolved.training.output_dir)
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if resolved.script.resume and last is None:
+        raise ConfigError(f"--resume: no checkpoint in {out}; run without --resume to start afresh")
+    if not resolved.script.resume and last is not None:
+        raise ConfigError(
+            f"{out} already holds checkpoints (newest {Path(last).name}); pass --resume to continue, "
+            "or choose another --output_dir"
+        )
+    if last is not None:
+        logger.info("resuming from %s", last)
+    return out
+
+
+def training_rows(resolved: Resolved, out: Path) -> list[dict]:
+    """Rows from --dataset (loaded, or built and saved there), else built and kept in output_dir.
+
+    Keeping the built rows lets --resume continue on exactly the data the run started with.
+    """
+    script, seed = resolved.script, resolved.training.seed
+    path = Path(script.dataset) if script.dataset else out / ROWS_FILE
+    if path.exists() and (script.dataset or script.resume):
+        try:
+            rows = load_rows(path)
+        except ValueError as exc:
+            raise ConfigError(f"dataset {path}: {exc}") from None
+        logger.info("loaded %d game states from %s", len(rows), path)
+    else:
+        rows = build_rows(script.train_rows, seed=seed, explore=script.explore)
+        save_rows(rows, path)
+        logger.info("built %d game states (seed %d) and saved them to %s", len(rows), seed, path)
+    held_out = set(eval_secrets())
+    leaked = sum(row["secret"] in held_out for row in rows)
+    if leaked:
+        logger.warning("%d rows use held-out evaluation secrets: evaluation on them will overstate skill", leaked)
+    return rows
+
+
+def train(resolved: Resolved) -> Path:
+    script, args = resolved.script, resolved.training
+    out = check_output_dir(resolved)
+
+    # Model and tokenizer: the embedded default, a local directory or a hub id, one code path.
+    source = model_source(resolved.model.model_name_or_path)
+    tokenizer = load_tokenizer(source, resolved)
+    model = load_model(source, resolved)
+
+    # Data: game states rendered by wordle/, prompts that fit the model's context.
+    budget = script.max_prompt_length or model.config.max_position_embeddings - args.max_completion_length
+    train_dataset = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, out)), tokenizer, budget)
+    if len(train_dataset) == 0:
+        raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
+
+    callbacks = [MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []
+    trainer = WordleGRPOTrainer(
+        model=model,
+        reward_funcs=get_reward_funcs(script.rewards),
+        args=args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(resolved),
+        callbacks=callbacks,
+    )
+    try:
+        trainer.train(resume_from_checkpoint=script.resume or None)
+    except torch.OutOfMemoryError:
+        raise ConfigError(_oom_message(resolved)) from None
+    except RuntimeError as exc:  # MPS reports running out of memory as a plain RuntimeError
+        if "out of memory" not in str(exc).lower():
+            raise
+        raise ConfigError(_oom_message(resolved)) from None
+
+    # Save: the adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config.
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    (out / CONFIG_FILE).write_text(to_yaml(resolved))
+    logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
+    if script.merge:
+        merged = merge_adapter(source, out, out / "merged", resolved)
+        logger.info("saved the merged model to %s", merged)
+    return out
+
+
+def _oom_message(resolved: Resolved) -> str:
+    t = resolved.training
+    return (
+        f"out of memory on {resolved.script.device} with max_completion_length {t.max_completion_length} and "
+        f"per_device_train_batch_size {t.per_device_train_batch_size}: retry with --max-completion 96 and a smaller "
+        f"--per_device_train_batch_size (with --resume to continue from the last checkpoint in {t.output_dir})"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        resolved = resolve(argv)
+        if resolved.script.dry_run:
+            print(to_yaml(resolved), end="")
+            return 0
+        logger.info("resolved configuration:\n%s", to_yaml(resolved))
+        train(resolved)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

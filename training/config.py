@@ -1,0 +1,338 @@
+"""Arguments, profiles and their resolution into one configuration a user can inspect.
+
+Precedence, lowest first: TRL's defaults, ``profiles/NAME.yaml``, ``--config FILE``, the command
+line. Then the script's own flags apply (``--model``, ``--max-completion``, ``--no-4bit``), and
+the device check and precision fallback run. Everything that was decided is recorded in
+``Resolved.notes`` and printed by ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import enum
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from trl import GRPOConfig, ModelConfig, TrlParser
+
+from rewards import DEFAULT_WEIGHTS, REWARD_FUNCS
+from training import device as devices
+
+logger = logging.getLogger(__name__)
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+TINY = "tiny"
+
+
+class ConfigError(ValueError):
+    """A user error in the configuration: reported as one line, never a traceback."""
+
+
+@dataclass
+class ScriptArguments:
+    """The script's own flags; every GRPOConfig and ModelConfig field is also accepted."""
+
+    profile: str = field(
+        default="auto",
+        metadata={"help": "hardware profile: profiles/NAME.yaml, or auto (cuda, then rocm, then mps, then cpu)"},
+    )
+    device: str = field(
+        default="cpu", metadata={"help": "device the profile is for: cuda, rocm, mps or cpu (set by the profile)"}
+    )
+    model: str | None = field(
+        default=None,
+        metadata={
+            "help": "model to train: 'tiny' (the embedded default), a hub id or a local path; sets model_name_or_path"
+        },
+    )
+    max_completion: int | None = field(
+        default=None, metadata={"help": "rollback flag: sets max_completion_length (96 when memory is short)"}
+    )
+    no_4bit: bool = field(default=False, metadata={"help": "turn 4-bit quantization off (no bitsandbytes needed)"})
+    dry_run: bool = field(default=False, metadata={"help": "print the resolved configuration as YAML and exit"})
+    resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in output_dir"})
+    merge: bool = field(default=False, metadata={"help": "also write the LoRA merged into the base model"})
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "training rows: loaded from PATH (.jsonl, .parquet, or a course .csv) if it exists, "
+            "else built and saved there"
+        },
+    )
+    train_rows: int = field(default=2000, metadata={"help": "game states to build when no dataset file is given"})
+    explore: float = field(
+        default=0.3, metadata={"help": "share of exploratory (non-solver) guesses in built game histories"}
+    )
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "drop prompts longer than this many tokens (default: the model's context minus "
+            "max_completion_length)"
+        },
+    )
+    rewards: list[str] = field(
+        default_factory=lambda: list(REWARD_FUNCS),
+        metadata={"help": f"reward functions, from: {', '.join(REWARD_FUNCS)}"},
+    )
+    mps_empty_cache_steps: int = field(
+        default=0, metadata={"help": "on MPS, synchronize and empty the cache every N steps (0: never)"}
+    )
+
+
+@dataclass
+class Resolved:
+    script: ScriptArguments
+    training: GRPOConfig
+    model: ModelConfig
+    notes: list[str]
+    changed: dict[str, dict[str, Any]]  # per dataclass, the fields set to something other than the default
+
+    @property
+    def quantized(self) -> bool:
+        return bool(self.model.load_in_4bit or self.model.load_in_8bit)
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def _dataclasses() -> tuple[type, ...]:
+    return (ScriptArguments, GRPOConfig, ModelConfig)
+
+
+def _field_names() -> list[str]:
+    return sorted({f.name for dc in _dataclasses() for f in dataclasses.fields(dc) if f.init})
+
+
+def _unknown(kind: str, name: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(name, valid, n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return ConfigError(f"unknown {kind} {name!r} in {where}{hint}; valid: {', '.join(valid)}")
+
+
+def _read_yaml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must be a YAML mapping of field: value")
+    valid = _field_names()
+    for key in data:
+        if key not in valid:
+            raise _unknown("key", str(key), valid, str(path))
+    return data
+
+
+def load_profile(name: str) -> dict[str, Any]:
+    names = available_profiles()
+    if name not in names:
+        raise _unknown("profile", name, ["auto", *names], "--profile")
+    return _read_yaml(PROFILES_DIR / f"{name}.yaml", "profile")
+
+
+def make_parser() -> TrlParser:
+    parser = TrlParser(_dataclasses())
+    parser.add_argument("--config", help="YAML file layered between the profile and the command line")
+    return parser
+
+
+def _construct(cls: type, kwargs: dict[str, Any], label: str) -> Any:
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid {label} configuration: {str(exc).splitlines()[0]}") from None
+
+
+def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
+    """Profile, then --config, then the command line, then the script's flags; see the module docstring.
+
+    ``check_device=False`` (what ``--dry-run`` uses) resolves a profile for a device this machine
+    lacks, so that any profile can be inspected anywhere.
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--profile", default="auto")
+    pre.add_argument("--config")
+    pre.add_argument("--dry-run", "--dry_run", dest="dry_run", nargs="?", const="true", default="false")
+    known, _ = pre.parse_known_args(argv)
+    check_device = check_device and known.dry_run.lower() not in ("true", "1", "yes")
+
+    notes: list[str] = []
+    profile = known.profile
+    if profile == "auto":
+        profile, why = devices.detect()
+        notes.append(f"profile auto -> {profile}: {why}")
+    values = load_profile(profile)
+    values["profile"] = profile
+    if known.config:
+        values.update(_read_yaml(Path(known.config), "config file"))
+
+    parser = make_parser()
+    parser.set_defaults_with_config(**values)
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flag = next(a for a in unknown if a.startswith("-")) if any(a.startswith("-") for a in unknown) else unknown[0]
+        name = flag.split("=")[0].lstrip("-").replace("-", "_")
+        raise _unknown("option", f"--{name}", [f"--{n}" for n in ["config", *_field_names()]], "the command line")
+    raw = vars(namespace)
+    script_kw, train_kw, model_kw = (
+        {f.name: raw[f.name] for f in dataclasses.fields(dc) if f.init and f.name in raw} for dc in _dataclasses()
+    )
+    script = _construct(ScriptArguments, script_kw, "script")
+    if script.device not in devices.DEVICES:
+        raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")
+
+    # The script's own flags, applied last so they win over every layer.
+    if script.model is not None:
+        model_kw["model_name_or_path"] = script.model
+    if script.max_completion is not None:
+        train_kw["max_completion_length"] = script.max_completion
+        notes.append(f"--max-completion {script.max_completion}: max_completion_length = {script.max_completion}")
+    if script.no_4bit:
+        model_kw["load_in_4bit"] = model_kw["load_in_8bit"] = False
+        if "8bit" in str(train_kw.get("optim", "")):
+            notes.append(f"--no-4bit: optimizer {train_kw['optim']} needs bitsandbytes, using adamw_torch")
+            train_kw["optim"] = "adamw_torch"
+    unknown_rewards = [r for r in script.rewards if r not in REWARD_FUNCS]
+    if unknown_rewards:
+        raise _unknown("reward", unknown_rewards[0], list(REWARD_FUNCS), "--rewards")
+    if train_kw.get("reward_weights") is None:
+        train_kw["reward_weights"] = [DEFAULT_WEIGHTS[r] for r in script.rewards]
+    elif len(train_kw["reward_weights"]) != len(script.rewards):
+        raise ConfigError(
+            f"reward_weights has {len(train_kw['reward_weights'])} values for {len(script.rewards)} rewards "
+            f"({', '.join(script.rewards)})"
+        )
+
+    present = devices.has_device(script.device)
+    if check_device and not present:
+        raise ConfigError(_absent_message(script.device, profile))
+    if script.device in ("cuda", "rocm") and present and train_kw.get("bf16") and not devices.cuda_supports_bf16():
+        train_kw.update(bf16=False, fp16=True)
+        model_kw["dtype"] = "float16"
+        notes.append("this GPU lacks bf16: training in fp16, and 4-bit compute in fp16")
+    if not present:
+        notes.append(f"device {script.device} is not present on this machine: shown as the profile sets it")
+
+    # transformers validates bf16/fp16 against this machine when the config is built; a dry run
+    # for another device builds it without them and puts them back afterwards.
+    precision = {k: train_kw.get(k) for k in ("bf16", "fp16")}
+    if not present:
+        train_kw.update(bf16=False, fp16=False)
+    training = _construct(GRPOConfig, train_kw, "training")
+    for key, value in precision.items():
+        setattr(training, key, value)
+    model = _construct(ModelConfig, model_kw, "model")
+    # What argparse yields with no profile, config or flags: TRL's defaults, as the parser sees them.
+    baseline = vars(make_parser().parse_known_args([])[0])
+    changed = {
+        name: {k: _plain(v) for k, v in kw.items() if _plain(v) != _plain(baseline.get(k))}
+        for name, kw in (("script", script_kw), ("grpo_config", train_kw), ("model_config", model_kw))
+    }
+    changed["grpo_config"].update({k: v for k, v in precision.items() if v is not None})
+    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed)
+
+
+def _absent_message(device: str, profile: str) -> str:
+    if device == "mps":
+        return (
+            f"profile {profile} is for Apple MPS, which is absent on this machine; use --profile auto or --profile cpu"
+        )
+    if device in ("cuda", "rocm"):
+        kind = "an AMD GPU under ROCm" if device == "rocm" else "an NVIDIA GPU"
+        return f"profile {profile} needs {kind}, and torch sees none here; use --profile auto or --profile cpu"
+    return f"profile {profile} needs device {device}, which is absent; use --profile auto"
+
+
+# --- the resolved configuration, as the YAML --dry-run prints -------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def precision(training: GRPOConfig) -> str:
+    return "bf16 mixed" if training.bf16 else "fp16 mixed" if training.fp16 else "fp32"
+
+
+def summary(resolved: Resolved) -> dict[str, Any]:
+    """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
+    s, t, m = resolved.script, resolved.training, resolved.model
+    world = max(t.world_size, 1)
+    completions = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    quant: Any = "none"
+    if m.load_in_4bit:
+        quant = {
+            "bits": 4,
+            "type": m.bnb_4bit_quant_type,
+            "double_quant": m.use_bnb_nested_quant,
+            "compute_dtype": m.dtype,
+            "library": "bitsandbytes",
+        }
+    elif m.load_in_8bit:
+        quant = {"bits": 8, "library": "bitsandbytes"}
+    model_name = m.model_name_or_path
+    return {
+        "profile": s.profile,
+        "device": {"target": s.device, "present": devices.has_device(s.device)},
+        "model": {
+            "name_or_path": model_name,
+            "embedded": model_name == TINY,
+            "dtype": m.dtype,
+            "trust_remote_code": t.trust_remote_code,
+        },
+        "precision": precision(t),
+        "quantization": quant,
+        "lora": (
+            {
+                "r": m.lora_r,
+                "alpha": m.lora_alpha,
+                "dropout": m.lora_dropout,
+                "target_modules": m.lora_target_modules,
+            }
+            if m.use_peft
+            else "off (full fine-tuning)"
+        ),
+        "batch": {
+            "per_device_train_batch_size": t.per_device_train_batch_size,
+            "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "processes": world,
+            "num_generations": t.num_generations,
+            "effective_completions_per_step": completions,
+            "effective_prompts_per_step": completions // t.num_generations,
+            "generation_batch_size": t.generation_batch_size,
+            "steps_per_generation": t.steps_per_generation,
+        },
+        "generation": {
+            "max_completion_length": t.max_completion_length,
+            "temperature": t.temperature,
+            "use_vllm": t.use_vllm,
+        },
+        "memory": {
+            "gradient_checkpointing": bool(t.gradient_checkpointing),
+            "optimizer": _plain(t.optim),
+            "mps_empty_cache_steps": s.mps_empty_cache_steps,
+        },
+        "rewards": dict(zip(s.rewards, t.reward_weights, strict=True)),
+        "notes": resolved.notes,
+        **resolved.changed,
+    }
+
+
+def to_yaml(resolved: Resolved) -> str:
+    return yaml.safe_dump(summary(resolved), sort_keys=False, allow_unicode=True, width=120)

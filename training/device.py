@@ -1,0 +1,72 @@
+"""Everything that differs by device lives here: detection, precision support, cache clearing, memory.
+
+The rest of the trainer is device-agnostic; a profile names its device and this module says
+whether the machine has it.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import sys
+
+import torch
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+DEVICES = ("cuda", "rocm", "mps", "cpu")
+
+
+def has_device(device: str) -> bool:
+    """Whether this machine can run ``device``. ROCm builds of torch expose AMD GPUs as ``cuda``."""
+    if device in ("cuda", "rocm"):
+        return torch.cuda.is_available() and (torch.version.hip is not None) == (device == "rocm")
+    if device == "mps":
+        return torch.backends.mps.is_available()
+    return device == "cpu"
+
+
+def detect() -> tuple[str, str]:
+    """The best device here, CUDA then ROCm then MPS then CPU, and why it was chosen."""
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        if torch.version.hip is not None:
+            return "rocm", f"torch is a ROCm build and sees {name}"
+        return "cuda", f"CUDA is available ({name})"
+    if torch.backends.mps.is_available():
+        return "mps", "no CUDA GPU; Apple MPS is available"
+    return "cpu", "no CUDA, ROCm or MPS device is available"
+
+
+def cuda_supports_bf16() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def peak_memory_mb() -> tuple[float, str]:
+    """Peak memory so far and what it measures: accelerator memory where there is one, else process RSS."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda"
+    if torch.backends.mps.is_available():
+        # MPS has no peak counter; the driver's current allocation is the closest figure.
+        return torch.mps.driver_allocated_memory() / 2**20, "mps"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (2**20 if sys.platform == "darwin" else 2**10), "rss"  # bytes on macOS, KiB on Linux
+
+
+class MpsCacheCallback(TrainerCallback):
+    """Every ``every`` optimizer steps, wait for MPS work to finish and release its cached memory.
+
+    Apple's unified memory turns allocator growth into swapping; seed 002 measured this as the
+    difference between 226 s and tens of seconds per step for a 3B model.
+    """
+
+    def __init__(self, every: int) -> None:
+        if every < 1:
+            raise ValueError(f"mps_empty_cache_steps must be at least 1, got {every}")
+        self.every = every
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            torch.mps.synchronize()
+            torch.mps.empty_cache()

@@ -1,0 +1,142 @@
+"""Loading the tokenizer and model (embedded, local or hub), quantization, and saving what a run made.
+
+Every failure a user can cause here becomes one ``ConfigError`` line that says what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import HfApi, try_to_load_from_cache
+from huggingface_hub.errors import RepositoryNotFoundError
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from trl import get_peft_config, get_quantization_config
+
+from training.config import TINY, ConfigError, Resolved
+
+logger = logging.getLogger(__name__)
+
+
+def _looks_like_path(name: str) -> bool:
+    # A hub id is "name" or "org/name"; anything else with a separator is meant as a directory.
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
+
+
+def model_source(name: str) -> str:
+    """A loadable location for ``name``: the embedded model's directory, a local directory, or a hub id.
+
+    A hub id that is neither cached nor reachable fails here, in seconds, rather than after
+    transformers' retries.
+    """
+    if name == TINY:
+        from training.tiny import ensure_tiny
+
+        return str(ensure_tiny())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model directory {path.resolve()} has no config.json (is it a model saved with save_pretrained?)"
+            )
+        return str(path)
+    if _looks_like_path(name) or path.exists():
+        raise ConfigError(f"model path {path.resolve()} does not exist")
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return name  # in the local hub cache: loads offline
+    try:
+        HfApi().model_info(name, timeout=10)
+    except RepositoryNotFoundError:
+        raise ConfigError(f"no model {name!r} on the Hugging Face hub, and no local directory of that name") from None
+    except OSError as exc:  # requests' connection errors are OSErrors
+        raise ConfigError(
+            f"the Hugging Face hub is unreachable, so {name!r} cannot be downloaded ({type(exc).__name__}); "
+            "download it on a connected machine and pass its directory with --model PATH, or use --model tiny"
+        ) from None
+    return name
+
+
+def load_tokenizer(source: str, resolved: Resolved) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(
+        source,
+        revision=resolved.model.model_revision,
+        trust_remote_code=resolved.training.trust_remote_code,
+        padding_side="left",  # generation appends to the right of the prompt
+    )
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"the tokenizer of {source} has no chat template; GRPO here needs a chat (instruct) model")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def check_bitsandbytes(resolved: Resolved) -> None:
+    """4-bit weights and 8-bit optimizers need bitsandbytes, which does not run on MPS."""
+    optim = str(getattr(resolved.training.optim, "value", resolved.training.optim))
+    needs = [
+        what for what, on in (("4-bit quantization", resolved.quantized), (f"optimizer {optim}", "8bit" in optim)) if on
+    ]
+    if not needs:
+        return
+    if resolved.script.device == "mps":
+        raise ConfigError(f"{' and '.join(needs)} need bitsandbytes, which does not run on MPS; pass --no-4bit")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(
+            f"{' and '.join(needs)} need bitsandbytes, which is not installed; pip install bitsandbytes, or pass --no-4bit"
+        )
+
+
+def _device_map(resolved: Resolved) -> Any:
+    if not resolved.quantized:
+        return None  # the Trainer moves the model to its device
+    # bitsandbytes quantizes as weights are placed, so they must go straight to the training device.
+    return {"": torch.cuda.current_device()} if resolved.script.device in ("cuda", "rocm") else {"": "cpu"}
+
+
+def load_model(source: str, resolved: Resolved) -> PreTrainedModel:
+    m, t = resolved.model, resolved.training
+    check_bitsandbytes(resolved)
+    kwargs = dict(t.model_init_kwargs or {})
+    kwargs.update(
+        revision=m.model_revision,
+        dtype=m.dtype if m.dtype in (None, "auto") else getattr(torch, m.dtype),
+        trust_remote_code=t.trust_remote_code,
+        device_map=_device_map(resolved),
+    )
+    if m.attn_implementation is not None:
+        kwargs["attn_implementation"] = m.attn_implementation
+    quantization = get_quantization_config(m)
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    logger.info(
+        "loaded %s: %.1fM parameters, %s%s",
+        source,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        m.dtype,
+        f", {quantization.quant_method} {'4' if m.load_in_4bit else '8'}-bit" if quantization else "",
+    )
+    return model
+
+
+def peft_config(resolved: Resolved):
+    return get_peft_config(resolved.model)
+
+
+def merge_adapter(source: str, adapter_dir: Path, out_dir: Path, resolved: Resolved) -> Path:
+    """The adapter merged into an unquantized copy of the base: merging into 4-bit weights would lose it."""
+    dtype = resolved.model.dtype
+    base = AutoModelForCausalLM.from_pretrained(
+        source,
+        revision=resolved.model.model_revision,
+        dtype=torch.float32 if dtype in (None, "auto") else getattr(torch, dtype),
+        trust_remote_code=resolved.training.trust_remote_code,
+    )
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(str(adapter_dir)).save_pretrained(out_dir)
+    return out_dir

@@ -185,6 +185,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     script_kw, train_kw, model_kw = (
         {f.name: raw[f.name] for f in dataclasses.fields(dc) if f.init and f.name in raw} for dc in _dataclasses()
     )
+    script_kw["profile"] = profile  # the resolved name, not "auto"
     script = _construct(ScriptArguments, script_kw, "script")
     if script.device not in devices.DEVICES:
         raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")

@@ -165,7 +165,7 @@ def validate_rows(rows: Iterable[dict[str, Any]], system_prompt: str | None = No
     out = []
     for i, row in enumerate(rows):
         for field in ("secret", "past_guess_history"):
-            if field not in row:
+            if row.get(field) is None:  # files with a column missing from some rows give None there
                 raise ValueError(f"row {i}: missing field {field!r}")
         secret = row_secret(i, row["secret"])
         history = row_history(i, row["past_guess_history"])

@@ -15,6 +15,7 @@ interruption), --model PATH_OR_HUB_ID, --config my.yaml (between the profile and
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -23,7 +24,6 @@ import datasets
 import torch
 import transformers
 from rich.logging import RichHandler
-from transformers.trainer_utils import get_last_checkpoint
 
 from rewards import get_reward_funcs
 from training.config import ConfigError, Resolved, resolve, to_yaml
@@ -43,20 +43,38 @@ def setup_logging() -> None:
     transformers.utils.logging.set_verbosity_warning()
 
 
-def check_output_dir(resolved: Resolved) -> Path:
-    """Never train over an earlier run's checkpoints by accident: that run would be lost."""
+def newest_checkpoint(out: Path) -> Path | None:
+    """The newest checkpoint that was completely written.
+
+    transformers writes trainer_state.json last, so a run killed while saving (kill -9, power
+    loss) leaves a newest directory without it; resuming from that one would fail.
+    """
+    checkpoints = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for path in sorted(checkpoints, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        try:
+            json.loads((path / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            logger.warning("skipping %s: it was not completely written (the run stopped while saving)", path)
+            continue
+        return path
+    return None
+
+
+def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None]:
+    """The output directory and the checkpoint to resume from. Never trains over an earlier
+    run's checkpoints by accident: that run would be lost."""
     out = Path(resolved.training.output_dir)
-    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    last = newest_checkpoint(out) if out.is_dir() else None
     if resolved.script.resume and last is None:
-        raise ConfigError(f"--resume: no checkpoint in {out}; run without --resume to start afresh")
+        raise ConfigError(f"--resume: no complete checkpoint in {out}; run without --resume to start afresh")
     if not resolved.script.resume and last is not None:
         raise ConfigError(
-            f"{out} already holds checkpoints (newest {Path(last).name}); pass --resume to continue, "
+            f"{out} already holds checkpoints (newest {last.name}); pass --resume to continue, "
             "or choose another --output_dir"
         )
     if last is not None:
         logger.info("resuming from %s", last)
-    return out
+    return out, last
 
 
 def training_rows(resolved: Resolved, out: Path) -> list[dict]:
@@ -83,9 +101,9 @@ def training_rows(resolved: Resolved, out: Path) -> list[dict]:
     return rows
 
 
-def train(resolved: Resolved) -> Path:
+def train(resolved: Resolved) -> WordleGRPOTrainer:
     script, args = resolved.script, resolved.training
-    out = check_output_dir(resolved)
+    out, checkpoint = check_output_dir(resolved)
 
     # Model and tokenizer: the embedded default, a local directory or a hub id, one code path.
     source = model_source(resolved.model.model_name_or_path)
@@ -109,7 +127,7 @@ def train(resolved: Resolved) -> Path:
         callbacks=callbacks,
     )
     try:
-        trainer.train(resume_from_checkpoint=script.resume or None)
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except torch.OutOfMemoryError:
         raise ConfigError(_oom_message(resolved)) from None
     except RuntimeError as exc:  # MPS reports running out of memory as a plain RuntimeError
@@ -125,7 +143,7 @@ def train(resolved: Resolved) -> Path:
     if script.merge:
         merged = merge_adapter(source, out, out / "merged", resolved)
         logger.info("saved the merged model to %s", merged)
-    return out
+    return trainer
 
 
 def _oom_message(resolved: Resolved) -> str:

@@ -6,44 +6,24 @@ measures the difference against a bare GRPOTrainer).
 
 from __future__ import annotations
 
-import time
-
-from transformers import ProgressCallback, TrainerCallback
+from transformers import ProgressCallback
 from trl import GRPOTrainer
 
 from training.device import peak_memory_mb
 
 
-class _StepClock(TrainerCallback):
-    """Wall time of each optimizer step (generation, rewards, loss and update)."""
-
-    def __init__(self) -> None:
-        self.durations: list[float] = []
-        self._start = 0.0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.durations.append(time.perf_counter() - self._start)
-
-
 class WordleGRPOTrainer(GRPOTrainer):
-    """Adds ``step_time_s`` (mean over the steps since the last log) and ``peak_memory_mb`` to training logs,
-    so that they reach the log history, the progress line and every ``report_to`` tracker alike."""
+    """Adds ``peak_memory_mb`` to training logs, so that it reaches the log history, the progress line
+    and every ``report_to`` tracker alike (TRL already logs ``step_time``, rewards, lengths and clipping)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._clock = _StepClock()
-        self.add_callback(self._clock)
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RunProgress())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._clock.durations:
-            logs["step_time_s"] = sum(self._clock.durations) / len(self._clock.durations)
-            self._clock.durations.clear()
+        if "loss" in logs:
             logs["peak_memory_mb"], _ = peak_memory_mb()
         super().log(logs, start_time)
 
@@ -63,8 +43,8 @@ def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
         parts.append(
             f"len {logs['completions/mean_length']:.1f} clipped {logs.get('completions/clipped_ratio', 0):.2f}"
         )
-    if "step_time_s" in logs:
-        parts.append(f"{logs['step_time_s']:.2f} s/step")
+    if "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
+        parts.append(f"{logs['step_time']:.2f} s/step")
     if "peak_memory_mb" in logs:
         parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {peak_memory_mb()[1]}")
     return " | ".join(parts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -101,9 +102,22 @@ def training_rows(resolved: Resolved, out: Path) -> list[dict]:
     return rows
 
 
+def offline_wandb_unless_logged_in(resolved: Resolved) -> None:
+    """wandb would otherwise stop to ask for a login; runs stay offline (``wandb sync`` later) unless the user has one."""
+    logged_in = os.environ.get("WANDB_API_KEY") or "api.wandb.ai" in _read(Path.home() / ".netrc")
+    if "wandb" in resolved.training.report_to and not logged_in and "WANDB_MODE" not in os.environ:
+        os.environ["WANDB_MODE"] = "offline"
+        logger.info("wandb: no login found, logging offline under ./wandb (upload later with `wandb sync`)")
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
 def train(resolved: Resolved) -> WordleGRPOTrainer:
     script, args = resolved.script, resolved.training
     out, checkpoint = check_output_dir(resolved)
+    offline_wandb_unless_logged_in(resolved)
 
     # Model and tokenizer: the embedded default, a local directory or a hub id, one code path.
     source = model_source(resolved.model.model_name_or_path)

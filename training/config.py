@@ -178,8 +178,12 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     parser.set_defaults_with_config(**values)
     namespace, unknown = parser.parse_known_args(argv)
     if unknown:
-        flag = next(a for a in unknown if a.startswith("-")) if any(a.startswith("-") for a in unknown) else unknown[0]
-        name = flag.split("=")[0].lstrip("-").replace("-", "_")
+        flags = [a for a in unknown if a.startswith("-")]
+        if not flags:
+            raise ConfigError(
+                f"unexpected value {unknown[0]!r} on the command line (the option before it takes one value)"
+            )
+        name = flags[0].split("=")[0].lstrip("-").replace("-", "_")
         raise _unknown("option", f"--{name}", [f"--{n}" for n in ["config", *_field_names()]], "the command line")
     raw = vars(namespace)
     script_kw, train_kw, model_kw = (

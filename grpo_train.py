@@ -118,6 +118,8 @@ def train(resolved: Resolved) -> WordleGRPOTrainer:
     script, args = resolved.script, resolved.training
     out, checkpoint = check_output_dir(resolved)
     offline_wandb_unless_logged_in(resolved)
+    if script.torch_threads:
+        torch.set_num_threads(script.torch_threads)
 
     # Model and tokenizer: the embedded default, a local directory or a hub id, one code path.
     source = model_source(resolved.model.model_name_or_path)

@@ -79,6 +79,10 @@ class ScriptArguments:
         default_factory=lambda: list(REWARD_FUNCS),
         metadata={"help": f"reward functions, from: {', '.join(REWARD_FUNCS)}"},
     )
+    torch_threads: int = field(
+        default=0,
+        metadata={"help": "CPU threads for torch (0: torch's default, one per core); 1 is fastest for tiny models"},
+    )
     mps_empty_cache_steps: int = field(
         default=0, metadata={"help": "on MPS, synchronize and empty the cache every N steps (0: never)"}
     )

@@ -1,0 +1,309 @@
+"""The real trainer on CPU: GRPO steps with LoRA and 4-bit QLoRA, resume after kill -9, the MPS callback,
+and every error a user can cause, each one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from peft import PeftModel
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+import grpo_train
+from training import device as devices
+from training import modeling
+from training.config import resolve
+from training.tiny import TINY_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Small and quick: 8 completions of 2 prompts a step, the embedded model, few rows to build.
+QUICK = [
+    "--profile",
+    "cpu",
+    "--train_rows",
+    "16",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+    "--save_steps",
+    "100",
+    "--disable_tqdm",
+    "true",
+    "--seed",
+    "3",
+]
+
+
+def run_in_process(tmp_path: Path, *extra: str):
+    return grpo_train.train(resolve([*QUICK, "--output_dir", str(tmp_path / "out"), *extra]))
+
+
+def split_params(model) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    lora, base = {}, {}
+    for name, param in model.named_parameters():
+        (lora if "lora_" in name else base)[name] = param.detach().clone()
+    return lora, base
+
+
+def original_name(peft_name: str) -> str:
+    return peft_name.removeprefix("base_model.model.").replace(".base_layer", "")
+
+
+def test_grpo_steps_change_lora_and_leave_the_base_alone(tmp_path):
+    trainer = run_in_process(tmp_path, "--max_steps", "2")
+    lora, base = split_params(trainer.model)
+    assert lora and all("lora_" in n for n in lora)
+    # LoRA B starts at zero: any non-zero value is what the two optimizer steps did.
+    assert any(t.abs().sum() > 0 for n, t in lora.items() if "lora_B" in n)
+    original = load_file(TINY_DIR / "model.safetensors")
+    assert base, "no base parameters found"
+    for name, tensor in base.items():
+        torch.testing.assert_close(tensor, original[original_name(name)], rtol=0, atol=0, msg=name)
+    assert not any(p.requires_grad for n, p in trainer.model.named_parameters() if "lora_" not in n)
+
+    # What was saved loads with PeftModel.from_pretrained and holds the trained LoRA weights.
+    out = Path(trainer.args.output_dir)
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(TINY_DIR), out)
+    reloaded, _ = split_params(loaded)
+    for name, tensor in lora.items():
+        torch.testing.assert_close(reloaded[name], tensor, msg=name)
+    assert (out / grpo_train.CONFIG_FILE).is_file() and (out / "tokenizer_config.json").is_file()
+
+    # Every training log carries each reward by name, the spread, length, clipping, time and memory.
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2
+    for key in (
+        "reward_std",
+        "rewards/format_reward/mean",
+        "rewards/win_reward/mean",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "step_time",
+        "peak_memory_mb",
+    ):
+        assert all(key in h for h in logs), key
+    assert all(h["step_time"] > 0 and h["peak_memory_mb"] > 0 for h in logs)
+
+
+def test_qlora_4bit_runs_for_real_on_cpu(tmp_path):
+    import bitsandbytes as bnb
+
+    trainer = run_in_process(tmp_path, "--max_steps", "2", "--load_in_4bit", "true", "--merge", "true")
+    quantized = [m for m in trainer.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert quantized, "no 4-bit layers: the QLoRA path did not quantize"
+    assert all(m.weight.quant_state.quant_type == "nf4" for m in quantized)
+    lora, _ = split_params(trainer.model)
+    assert any(t.abs().sum() > 0 for n, t in lora.items() if "lora_B" in n)
+    merged = Path(trainer.args.output_dir) / "merged"
+    model = AutoModelForCausalLM.from_pretrained(merged)  # a standalone model, no adapter
+    assert not any("lora_" in n for n, _ in model.named_parameters())
+
+
+def test_format_log_line_names_each_reward():
+    from training.trainer import format_log
+
+    line = format_log(
+        {
+            "reward": 1.5,
+            "reward_std": 0.25,
+            "rewards/format_reward/mean": 1.0,
+            "rewards/win_reward/mean": 0.125,
+            "completions/mean_length": 21.0,
+            "completions/clipped_ratio": 0.0,
+            "step_time": 2.5,
+            "peak_memory_mb": 900.0,
+        },
+        step=3,
+        max_steps=60,
+    )
+    assert line.startswith("step 3/60 | reward 1.500 ± 0.250 | format 1.000 win 0.125 | len 21.0 clipped 0.00")
+    assert "2.50 s/step" in line and "peak 900 MB" in line
+    assert format_log({"train_runtime": 1.0}, 1, 1) is None
+
+
+# --- resume ------------------------------------------------------------------------------------------
+
+
+def _train_cmd(out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "grpo_train.py",
+        *QUICK,
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "12",
+        "--save_steps",
+        "2",
+        "--save_total_limit",
+        "2",
+        *extra,
+    ]
+
+
+def test_resume_after_kill_9_reaches_max_steps_with_nothing_lost(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_train_cmd(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint-4" / "trainer_state.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "adapter_model.safetensors").exists(), "the run finished before it was killed"
+    # A save cut short by the kill leaves a directory without trainer_state.json: resume skips it.
+    partial = out / "checkpoint-999"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"half")
+
+    refused = subprocess.run(_train_cmd(out), cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2 and "--resume" in refused.stderr.strip().splitlines()[-1]
+
+    resumed = subprocess.run(
+        _train_cmd(out, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "skipping" in resumed.stderr and "checkpoint-999" in resumed.stderr
+    state = json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())
+    assert state["global_step"] == 12
+    steps = [h["step"] for h in state["log_history"] if "reward" in h]
+    assert steps == list(range(1, 13)), steps  # every step logged once: none lost, none repeated
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+# --- the MPS cache callback --------------------------------------------------------------------------
+
+
+def test_mps_callback_fires_every_n_steps(monkeypatch):
+    calls = []
+    monkeypatch.setattr(devices.torch.mps, "synchronize", lambda: calls.append("sync"))
+    monkeypatch.setattr(devices.torch.mps, "empty_cache", lambda: calls.append(("empty", state.global_step)))
+    callback = devices.MpsCacheCallback(every=3)
+    state = SimpleNamespace(global_step=0)
+    for step in range(1, 11):
+        state.global_step = step
+        callback.on_step_end(None, state, None)
+    assert [c for c in calls if c != "sync"] == [("empty", 3), ("empty", 6), ("empty", 9)]
+    assert calls.count("sync") == 3 and calls[0] == "sync"  # synchronize before each empty_cache
+    with pytest.raises(ValueError):
+        devices.MpsCacheCallback(every=0)
+
+
+def test_mps_profile_wires_the_callback(monkeypatch, tmp_path):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_trainer(**kwargs):
+        seen["callbacks"] = kwargs["callbacks"]
+        raise Stop
+
+    monkeypatch.setattr(grpo_train, "WordleGRPOTrainer", fake_trainer)
+    monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
+    r = resolve(
+        ["--profile", "mps", "--model", "tiny", "--output_dir", str(tmp_path), "--train_rows", "4", "--use_cpu", "true"]
+    )
+    with pytest.raises(Stop):
+        grpo_train.train(r)
+    [callback] = seen["callbacks"]
+    assert isinstance(callback, devices.MpsCacheCallback) and callback.every == r.script.mps_empty_cache_steps
+
+
+# --- errors: one line, exit code 2 -------------------------------------------------------------------
+
+
+def error_of(capsys, *argv: str) -> str:
+    """The error line; loading progress bars may come before it, but no traceback and no second error."""
+    assert grpo_train.main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("error: ") == 1, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: "), err
+    return line
+
+
+def test_4bit_without_bitsandbytes_names_no_4bit(monkeypatch, capsys, tmp_path):
+    real = modeling.importlib.util.find_spec
+    monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))
+    err = error_of(capsys, *QUICK, "--output_dir", str(tmp_path), "--load_in_4bit", "true")
+    assert "bitsandbytes" in err and "--no-4bit" in err
+
+
+def test_4bit_on_mps_names_no_4bit(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
+    err = error_of(
+        capsys, "--profile", "mps", "--model", "tiny", "--load_in_4bit", "true", "--output_dir", str(tmp_path)
+    )
+    assert "MPS" in err and "--no-4bit" in err
+
+
+def test_missing_local_model_path(capsys, tmp_path):
+    missing = tmp_path / "models" / "nope"
+    err = error_of(capsys, *QUICK, "--output_dir", str(tmp_path / "o"), "--model", str(missing))
+    assert str(missing) in err and "does not exist" in err
+
+
+def test_unreachable_hub(monkeypatch, capsys, tmp_path):
+    import requests
+
+    def offline(self, *args, **kwargs):
+        raise requests.ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(modeling.HfApi, "model_info", offline)
+    err = error_of(capsys, *QUICK, "--output_dir", str(tmp_path), "--model", "someorg/some-model")
+    assert "hub is unreachable" in err and "--model PATH" in err
+
+
+def test_out_of_memory_suggests_the_rollback(monkeypatch, capsys, tmp_path):
+    def oom(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(grpo_train.WordleGRPOTrainer, "train", oom)
+    err = error_of(capsys, *QUICK, "--output_dir", str(tmp_path), "--max_steps", "1")
+    assert "out of memory" in err and "--max-completion 96" in err and "--per_device_train_batch_size" in err
+
+
+def test_malformed_dataset_row(capsys, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SLATE", '
+        '"past_guess_history": [["CRANE", "GGGGG"]]}\n'
+    )
+    err = error_of(capsys, *QUICK, "--output_dir", str(tmp_path / "o"), "--dataset", str(rows))
+    assert str(rows) in err and "row 1" in err and "past_guess_history" in err
+
+
+def test_resume_without_a_checkpoint(capsys, tmp_path):
+    err = error_of(capsys, *QUICK, "--output_dir", str(tmp_path), "--resume")
+    assert "no complete checkpoint" in err
+
+
+@pytest.mark.slow
+def test_the_readme_main_job_trains_the_embedded_model_to_a_saved_adapter(tmp_path):
+    """The README's first command, as a user runs it (minutes): the cpu profile, offline, to the end."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "grpo_train.py", "--profile", "cpu", "--output_dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(TINY_DIR), out)
+    assert any("lora_B" in n and p.abs().sum() > 0 for n, p in loaded.named_parameters())

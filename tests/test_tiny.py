@@ -130,7 +130,7 @@ def test_template_rejects_unknown_roles():
     [
         ("ROBIN", [], "....."),  # nothing known yet
         ("CRANE", ["SOARE"], "..A.E +R -SO"),  # placed, elsewhere, absent
-        ("ROBIN", ["SOARE", "CLINT"], "..... +ORIN -SAECLT"),  # in order of first appearance
+        ("ROBIN", ["SOARE", "CLINT"], ".O... +RIN -SAECLT"),  # in order of first appearance
         ("ABIDE", ["SPEED"], "..... +ED -SP"),  # the second E is marked - but E is in the word
         ("CRANE", ["CRANE"], "CRANE"),  # everything placed: nothing else to say
         ("EERIE", ["EERIE"], "EERIE"),
@@ -157,7 +157,8 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     replies = tiny.generate_replies(
         model, tokenizer, [render_prompt([]), render_prompt(history_for("ROBIN", ["SOARE"]))]
     )
-    assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
+    # Four steps of training: the reply may be eos at once (decoded as ""), but generation must run end to end.
+    assert len(replies) == 2 and all(isinstance(r, str) for r in replies)
 
 
 def test_saved_tokenizer_loads_as_itself_not_qwen2(ci_model):

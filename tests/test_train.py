@@ -176,7 +176,8 @@ def test_resume_after_kill_9_reaches_max_steps_with_nothing_lost(tmp_path):
         _train_cmd(out, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "skipping" in resumed.stderr and "checkpoint-999" in resumed.stderr
+    log = resumed.stdout + resumed.stderr  # rich logs to stdout
+    assert "skipping" in log and "checkpoint-999" in log
     state = json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())
     assert state["global_step"] == 12
     steps = [h["step"] for h in state["log_history"] if "reward" in h]

@@ -163,7 +163,6 @@ SCALES: dict[str, Scale] = {
         num_heads=2,
         num_kv_heads=1,
         max_seconds=60.0,
-        spelling_steps=2,
     ),
 }
 

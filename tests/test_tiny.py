@@ -2,6 +2,8 @@
 
 import json
 import os
+import random
+import re
 import subprocess
 import sys
 
@@ -10,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM, Qwen2Tokenizer
 
+import training.data
 from rewards import format_reward
 from training import tiny
 from training.data import build_rows, eval_secrets
-from wordle import SYSTEM_PROMPT, allowed, answers, history_for, parse_completion, render_prompt
+from wordle import SYSTEM_PROMPT, Solver, allowed, answers, history_for, parse_completion, render_prompt
 
 TOKENIZER = tiny.build_tokenizer()
 VOCAB_TEXT = st.text(alphabet=st.sampled_from(tiny.CHARACTERS), max_size=200)
@@ -122,22 +125,44 @@ def test_template_rejects_unknown_roles():
         TOKENIZER.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
 
 
-# --- the distilled think --------------------------------------------------------------------------
+# --- the distilled replies and the spelling drills -------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "secret, guesses, think",
     [
         ("ROBIN", [], "....."),  # nothing known yet
-        ("CRANE", ["SOARE"], "..A.E +R -SO"),  # placed, elsewhere, absent
-        ("ROBIN", ["SOARE", "CLINT"], ".O... +RIN -SAECLT"),  # in order of first appearance
-        ("ABIDE", ["SPEED"], "..... +ED -SP"),  # the second E is marked - but E is in the word
-        ("CRANE", ["CRANE"], "CRANE"),  # everything placed: nothing else to say
-        ("EERIE", ["EERIE"], "EERIE"),
+        ("CRANE", ["SOARE"], "..A.E"),  # only green marks count
+        ("ROBIN", ["SOARE", "CLINT"], ".O..."),  # yellows (R, I, N) are not placed
+        ("ROBOT", ["SOARE", "TUTOR"], ".O.O."),  # placed letters of different guesses combine
+        ("CRANE", ["CRATE", "DRONE"], "CRANE"),  # all five known, though no guess was the secret
+        ("ABIDE", ["SPEED", "ELIDE"], "..IDE"),  # only the green E (of ELIDE) is placed
+        ("EERIE", ["EERIE"], "EERIE"),  # everything placed
     ],
 )
 def test_think_text(secret, guesses, think):
     assert tiny.think_text(history_for(secret, guesses)) == think
+
+
+def test_distilled_reply_is_the_solvers_guess_in_the_parsed_form():
+    history = history_for("ROBIN", ["SOARE"])
+    solver = Solver()
+    (row,) = tiny.distill_rows([{"prompt": render_prompt(history), "past_guess_history": history}], solver)
+    assert row["prompt"] == render_prompt(history)
+    assert [m["role"] for m in row["completion"]] == ["assistant"]
+    assert parse_completion(row["completion"]) == solver.next_guess(history)
+    assert row["completion"][0]["content"].startswith("<think>.O...</think><guess>")
+
+
+def test_spelling_drills_are_runs_of_the_given_words():
+    words = ["CLINT", "CLINT", "CLINT", "SOARE"]
+    rows = tiny.drill_rows(words, 50, random.Random(0))
+    assert len(rows) == 50
+    assert all(row["prompt"] == [{"role": "user", "content": ""}] for row in rows)
+    drilled = [w for row in rows for w in re.findall(r"<guess>(\w+)</guess>", row["completion"][0]["content"])]
+    assert len(drilled) == 50 * tiny.DRILL_WORDS and set(drilled) == {"CLINT", "SOARE"}
+    assert 0.6 < drilled.count("CLINT") / len(drilled) < 0.9  # drawn by frequency
+    assert rows == tiny.drill_rows(words, 50, random.Random(0))  # deterministic in the generator
 
 
 # --- a ci-scale build -----------------------------------------------------------------------------
@@ -147,18 +172,48 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     for name in (*tiny.MODEL_FILES, "build_info.json"):
         assert (ci_model / name).is_file(), name
     info = json.loads((ci_model / "build_info.json").read_text())
-    assert info["scale"] == "ci" and info["steps"] == tiny.SCALES["ci"].max_steps
+    ci = tiny.SCALES["ci"]
+    assert info["scale"] == "ci" and (info["spelling_steps"], info["steps"]) == (ci.spelling_steps, ci.steps)
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
     assert isinstance(model, Qwen2ForCausalLM) and model.config.model_type == "qwen2"
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
+    prompt = tokenizer.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_tensors="pt")
+    output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)
+    new = output[0, prompt["input_ids"].shape[1] :]
+    assert len(new) == 5 and all(0 <= t < len(tokenizer) for t in new.tolist())
+    # Six steps of training: the reply itself may be eos at once, but the batched path must run end to end.
     replies = tiny.generate_replies(
         model, tokenizer, [render_prompt([]), render_prompt(history_for("ROBIN", ["SOARE"]))]
     )
-    # Four steps of training: the reply may be eos at once (decoded as ""), but generation must run end to end.
     assert len(replies) == 2 and all(isinstance(r, str) for r in replies)
+
+
+def test_build_trains_on_training_secrets_and_scores_on_held_out_ones(tmp_path, monkeypatch):
+    calls = []
+
+    def spy(n_rows, seed, secrets=None, **kwargs):
+        rows = real_build_rows(n_rows, seed, secrets, **kwargs)
+        calls.append((tuple(secrets), {row["secret"] for row in rows}))
+        return rows
+
+    real_build_rows = training.data.build_rows
+    monkeypatch.setattr(training.data, "build_rows", spy)
+    out = tiny.build(tmp_path / "ci", scale="ci", seed=1)
+    (train_pool, trained_on), (eval_pool, scored_on) = calls
+    assert train_pool == training.data.train_secrets() and trained_on <= set(train_pool)
+    assert eval_pool == training.data.eval_secrets() and scored_on <= set(eval_pool)
+    assert not set(train_pool) & set(eval_pool)
+    info = json.loads((out / "build_info.json").read_text())
+    assert (info["train_states"], info["eval"]["rows"]) == (tiny.SCALES["ci"].train_rows, tiny.SCALES["ci"].eval_rows)
+
+
+def test_ci_build_is_deterministic_in_its_seed(ci_model, tmp_path):
+    again = tiny.build(tmp_path / "again", scale="ci", seed=0)
+    assert (again / "model.safetensors").read_bytes() == (ci_model / "model.safetensors").read_bytes()
+    assert (again / "tokenizer.json").read_bytes() == (ci_model / "tokenizer.json").read_bytes()
 
 
 def test_saved_tokenizer_loads_as_itself_not_qwen2(ci_model):
@@ -232,13 +287,10 @@ def test_shipped_model_is_small_and_built_from_training_secrets_only():
     assert info["scale"] == "full" and info["recipe_version"] == tiny.RECIPE_VERSION
     assert info["train_secrets"] == "training.data.train_secrets()"
     assert info["eval_secrets"] == "training.data.eval_secrets()"
-    assert info["eval"]["rows"] >= 200
+    assert info["eval"]["rows"] >= 200 and info["eval"]["format_reward"] >= 0.9
+    assert not info["stopped_early"] and info["build_seconds"] <= 600
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue 3): the shipped build measured format_reward 0.78 on held-out states (0.89 in a probe of the same recipe on an idle machine), short of 0.9; strict, so meeting it turns this red",
-)
 def test_shipped_model_replies_well_formed_on_held_out_states():
     model = AutoModelForCausalLM.from_pretrained(tiny.TINY_DIR)
     tokenizer = AutoTokenizer.from_pretrained(tiny.TINY_DIR)

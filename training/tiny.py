@@ -5,18 +5,20 @@ No machine of ours can reach a model hub, so the project makes its own small mod
 - a **letter-level tokenizer**: every upper-case letter is its own token, so the model sees the
   letters inside words (a model with one token per word formats well but can never learn to
   play). The reply tags, the three feedback marks and the fixed prompt phrases are single
-  tokens, so a prompt with five past guesses stays near 110 tokens;
+  tokens, so a prompt with five past guesses is 113 tokens;
 - a **chat template** that drops the system message (constant rules text, a third of every
   prompt) and ends every turn with ``<|end|>``, the eos token;
-- a **small Qwen2** (about 0.8M parameters) from config, so the trainer treats it exactly like a
-  hub model, LoRA on ``q_proj``/``k_proj``/``v_proj``/``o_proj`` included;
-- a **warm start** by supervised fine-tuning (TRL's ``SFTTrainer``) on replies distilled from the
-  entropy solver over the training secrets only. The ``<think>`` holds a compact summary of the
-  letters known so far (``.R..E +A -SOIT``: placed letters, letters elsewhere, absent letters),
-  which the history determines, so replies stay short (about 25 tokens).
+- a **small Qwen2** (0.8M parameters) from config, so the trainer treats it exactly like a hub
+  model, LoRA on ``q_proj``/``k_proj``/``v_proj``/``o_proj`` included;
+- a **warm start** by supervised fine-tuning (TRL's ``SFTTrainer``, loss on the completion only)
+  on the entropy solver's replies to game states of the training secrets only:
+  ``<think>.R..E</think><guess>CRANE</guess>``, the think being the letters placed so far, so a
+  reply is 15 tokens. Spelling drills (the solver's guesses, twelve to a reply) come first and
+  stay mixed in: without them most of the model's guesses were non-words.
 
-``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (about 7
-minutes on 2 CPU cores); ``--scale ci`` makes a throwaway one in seconds for tests.
+``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (about 6
+minutes on 2 idle CPU cores; training stops early if a busy machine would push it past 9);
+``--scale ci`` makes a throwaway one in seconds for tests.
 """
 
 from __future__ import annotations
@@ -48,16 +50,23 @@ from transformers import (
     TrainerCallback,
 )
 
-from wordle import Solver, is_consistent, parse_completion, row_history
+from wordle import Solver, is_consistent, normalize_word, parse_completion, row_history
 from wordle.feedback import cache_dir
 
 logger = logging.getLogger(__name__)
 
 TINY_DIR = Path(__file__).resolve().parent / "tiny_model"
 # Bump when the recipe changes, so that a model cached by ensure_tiny() under an old recipe is rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 # The files that make a loadable model directory; ensure_tiny() trusts a directory holding all of them.
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 
 UNK, PAD, EOS, USER, ASSISTANT = "<|unk|>", "<|pad|>", "<|end|>", "<|user|>", "<|assistant|>"
 SPECIAL_TOKENS = (UNK, PAD, EOS, USER, ASSISTANT)
@@ -118,13 +127,14 @@ CHAT_TEMPLATE = (
 
 @dataclasses.dataclass(frozen=True)
 class Scale:
-    """How big a build is. ``max_seconds`` only guards against a slow machine: a build that
-    reaches it stops training early (recorded in build_info.json), otherwise builds are
-    deterministic in the seed."""
+    """How big a build is. ``max_seconds`` only guards against a slow machine: training stops once
+    the build has run that long (recorded in build_info.json); otherwise a build is deterministic
+    in its seed."""
 
-    train_rows: int
-    eval_rows: int
-    max_steps: int
+    train_rows: int  # game states (training.data.build_rows over the training secrets)
+    spelling_steps: int  # phase 1: spelling drills alone
+    steps: int  # phase 2: the game states' replies, with drills mixed in
+    drill_fraction: float  # phase 2's drill rows per game row
     batch_size: int
     learning_rate: float
     hidden_size: int
@@ -132,16 +142,16 @@ class Scale:
     num_layers: int
     num_heads: int
     num_kv_heads: int
+    eval_rows: int
     max_seconds: float
-    spelling_steps: int = 0  # a first phase on bare <guess>WORD</guess> runs, so the model learns to spell words
 
 
 SCALES: dict[str, Scale] = {
     "full": Scale(
-        train_rows=4000,
-        eval_rows=200,
-        max_steps=1300,
-        spelling_steps=600,
+        train_rows=2000,
+        spelling_steps=300,
+        steps=1800,
+        drill_fraction=0.5,
         batch_size=32,
         learning_rate=3e-3,
         hidden_size=128,
@@ -149,12 +159,14 @@ SCALES: dict[str, Scale] = {
         num_layers=4,
         num_heads=4,
         num_kv_heads=2,
-        max_seconds=540.0,
+        eval_rows=200,
+        max_seconds=480.0,
     ),
     "ci": Scale(
-        train_rows=48,
-        eval_rows=8,
-        max_steps=4,
+        train_rows=32,
+        spelling_steps=2,
+        steps=4,
+        drill_fraction=0.5,
         batch_size=8,
         learning_rate=3e-3,
         hidden_size=32,
@@ -162,9 +174,13 @@ SCALES: dict[str, Scale] = {
         num_layers=1,
         num_heads=2,
         num_kv_heads=1,
+        eval_rows=8,
         max_seconds=60.0,
     ),
 }
+
+# Words per spelling drill: a drill row costs about as much compute as a game row.
+DRILL_WORDS = 12
 
 
 # --- tokenizer ------------------------------------------------------------------------------------
@@ -239,49 +255,56 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
 
 
 def think_text(history: Sequence[tuple[str, str]]) -> str:
-    """What the history says about the letters: ``".R..E +A -SOIT"``.
+    """The letters placed so far: ``".R..E"``, one character per position, '.' where none is known.
 
-    Five characters for the placed letters ('.' where none is known), then ``+`` and the letters
-    known to be elsewhere (marked ~ and not placed), then ``-`` and the letters known absent
-    (only ever marked -), each in order of first appearance; an empty group is left out.
+    Short (5 tokens) and learnable by a model this small. A fuller summary (letters elsewhere,
+    letters absent: ``".R..E +A -SOIT"``) was tried: the model wrote it right on 20% of held-out
+    states, and its own wrong summaries then misled its guesses.
     """
     placed = ["."] * 5
-    elsewhere: list[str] = []
-    marked_in: set[str] = set()
-    greys: list[str] = []
     for guess, pattern in history:
         for i, (letter, mark) in enumerate(zip(guess, pattern.upper())):
             if mark == "G":
                 placed[i] = letter
-                marked_in.add(letter)
-            elif mark == "Y":
-                marked_in.add(letter)
-                if letter not in elsewhere:
-                    elsewhere.append(letter)
-            elif letter not in greys:
-                greys.append(letter)
-    parts = ["".join(placed)]
-    yellows = "".join(c for c in elsewhere if c not in placed)
-    absent = "".join(c for c in greys if c not in marked_in)
-    if yellows:
-        parts.append("+" + yellows)
-    if absent:
-        parts.append("-" + absent)
-    return " ".join(parts)
+    return "".join(placed)
 
 
 def reply_text(history: Sequence[tuple[str, str]], guess: str) -> str:
     return f"<think>{think_text(history)}</think><guess>{guess}</guess>"
 
 
-def distill_rows(rows: Sequence[dict[str, Any]], solver: Solver) -> datasets.Dataset:
+def distill_rows(rows: Sequence[dict[str, Any]], solver: Solver) -> list[dict[str, Any]]:
     """Prompt-completion conversational rows: each game state with the solver's reply to it."""
     out = []
     for i, row in enumerate(rows):
         history = row_history(i, row["past_guess_history"])
         reply = reply_text(history, solver.next_guess(history))
         out.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": reply}]})
-    return datasets.Dataset.from_list(out)
+    return out
+
+
+def drill_rows(words: Sequence[str], n_rows: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Spelling drills: a user turn with no text, answered by ``DRILL_WORDS`` guesses in a row
+    (``<guess>CLINT</guess><guess>SOARE</guess>…``), drawn with replacement from ``words``.
+
+    Letter-level spelling is what a model this small fails at: trained on the game states alone,
+    most of its guesses on held-out states were non-words mixing the letters of several solver
+    guesses (format_reward 0.68-0.79 greedy, about 0.6 sampled, over eight probes). Drilling the
+    solver's own guesses, frequent ones most, first alone and then mixed in, raised it to 0.98
+    greedy and 0.86 sampled, and the model still picks among 100+ different words.
+    """
+    return [
+        {
+            "prompt": [{"role": "user", "content": ""}],
+            "completion": [
+                {
+                    "role": "assistant",
+                    "content": "".join(f"<guess>{w}</guess>" for w in rng.choices(words, k=DRILL_WORDS)),
+                }
+            ],
+        }
+        for _ in range(n_rows)
+    ]
 
 
 # --- evaluation -----------------------------------------------------------------------------------
@@ -298,6 +321,8 @@ def generate_replies(
     """Replies to chat prompts, greedy or sampled at temperature 1 as GRPO samples them, decoded as
     the GRPO trainer decodes them (special tokens dropped). Sampling draws from torch's global RNG."""
     model.eval()
+    # The whole distribution at temperature 1, as GRPO samples it (GenerationConfig's default top_k is 50).
+    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if sample else {"do_sample": False}
     replies: list[str] = []
     for start in range(0, len(prompts), batch_size):
         texts = tokenizer.apply_chat_template(
@@ -305,7 +330,7 @@ def generate_replies(
         )
         # Left padding, so that every row's prompt ends where generation starts.
         batch = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
-        output = model.generate(**batch, do_sample=sample, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=48)
+        output = model.generate(**batch, **sampling, max_new_tokens=48)
         new_tokens = output[:, batch["input_ids"].shape[1] :]
         replies.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return replies
@@ -324,16 +349,13 @@ def evaluate(
     torch.manual_seed(0)
     sampled = generate_replies(model, tokenizer, prompts, sample=True)
     histories = [row_history(i, row["past_guess_history"]) for i, row in enumerate(rows)]
-    guesses = [parse_completion(r) for r in replies]
+    guesses = [normalize_word(parse_completion(r)) for r in replies]
     n = len(rows)
     return {
         "format_reward": sum(format_reward(replies)) / n,
         "format_reward_sampled": sum(format_reward(sampled)) / n,
         "solver_agreement": sum(g == solver.next_guess(h) for g, h in zip(guesses, histories)) / n,
-        "consistent": sum(
-            g is not None and g.isalpha() and len(g) == 5 and is_consistent(g, h) for g, h in zip(guesses, histories)
-        )
-        / n,
+        "consistent": sum(g is not None and is_consistent(g, h) for g, h in zip(guesses, histories)) / n,
         "think_exact": sum(r.startswith(f"<think>{think_text(h)}</think>") for r, h in zip(replies, histories)) / n,
         "rows": n,
     }
@@ -356,14 +378,55 @@ class _WallClock(TrainerCallback):
         return control
 
 
+def _train(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    rows: list[dict[str, Any]],
+    steps: int,
+    spec: Scale,
+    seed: int,
+    clock: _WallClock,
+    scratch: str,
+) -> tuple[int, float]:
+    """``steps`` steps of TRL's SFT on prompt-completion rows, loss on the completion only; returns
+    the steps taken and the mean training loss."""
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(
+        output_dir=scratch,
+        max_steps=steps,
+        per_device_train_batch_size=spec.batch_size,
+        learning_rate=spec.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(100, steps // 10),
+        weight_decay=0.01,
+        max_length=tokenizer.model_max_length,
+        completion_only_loss=True,
+        activation_checkpointing=False,  # TRL's default is on; nothing to save at this size
+        train_sampling_strategy="group_by_length",  # prompts run from 8 to 113 tokens: batch like with like
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        seed=seed,
+        data_seed=seed,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=max(1, steps // 10),
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    dataset = datasets.Dataset.from_list(rows)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+    result = trainer.train()
+    return trainer.state.global_step, result.training_loss
+
+
 def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
-    The training states come from ``training.data.train_secrets()`` only; the format score in
-    build_info.json is measured on states from the held-out ``eval_secrets()``.
+    Every training row comes from game states of ``training.data.train_secrets()``; the scores in
+    build_info.json are measured on game states of the held-out ``eval_secrets()``.
     """
-    from trl import SFTConfig, SFTTrainer
-
     from training.data import build_rows, eval_secrets, train_secrets
 
     if scale not in SCALES:
@@ -372,92 +435,39 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     out_dir = Path(out_dir)
     started = time.monotonic()
     solver = Solver()
+    rng = random.Random(seed)
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, spec, seed)
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
 
-    train = distill_rows(build_rows(spec.train_rows, seed, train_secrets(), solver=solver), solver)
-    logger.info("distilled %d distinct training states in %.0f s", len(train), time.monotonic() - started)
-
-    # Letter-level spelling is the hard part for a model this small: most non-words in its replies are
-    # near-misses of real ones. A first phase on runs of the solver's guesses alone teaches the
-    # lexicon (format_reward 0.68 -> 0.89 on held-out states in the probes).
-    words = sorted({c[0]["content"].split("<guess>")[1][:5] for c in train["completion"]})
-    rng = random.Random(seed)
-    spelling = datasets.Dataset.from_list(
-        [
-            {"text": "".join(f"<guess>{w}</guess>" for w in rng.sample(words, min(12, len(words))))}
-            for _ in range(spec.spelling_steps * spec.batch_size)
-        ]
+    game = distill_rows(build_rows(spec.train_rows, seed, train_secrets(), solver=solver), solver)
+    guesses = [parse_completion(row["completion"]) for row in game]
+    logger.info(
+        "distilled the solver's replies to %d training states (%d different guesses) in %.0f s",
+        len(game),
+        len(set(guesses)),
+        time.monotonic() - started,
     )
+    drills = drill_rows(guesses, spec.spelling_steps * spec.batch_size, rng)
+    mixed = game + drill_rows(guesses, round(len(game) * spec.drill_fraction), rng)
 
+    clock = _WallClock(started + spec.max_seconds)
     with tempfile.TemporaryDirectory(prefix="tiny-sft-") as scratch:
-        if spec.spelling_steps:
-            SFTTrainer(
-                model=model,
-                args=SFTConfig(
-                    output_dir=scratch,
-                    max_steps=spec.spelling_steps,
-                    per_device_train_batch_size=spec.batch_size,
-                    learning_rate=spec.learning_rate,
-                    lr_scheduler_type="cosine",
-                    warmup_steps=min(100, spec.spelling_steps // 10),
-                    weight_decay=0.01,
-                    activation_checkpointing=False,
-                    bf16=False,
-                    fp16=False,
-                    use_cpu=True,
-                    seed=seed,
-                    save_strategy="no",
-                    report_to="none",
-                    disable_tqdm=True,
-                    dataloader_num_workers=0,
-                    logging_steps=max(1, spec.spelling_steps // 10),
-                ),
-                train_dataset=spelling,
-                processing_class=tokenizer,
-            ).train()
-            logger.info("spelling phase: %d steps over %d words", spec.spelling_steps, len(words))
-        config = SFTConfig(
-            output_dir=scratch,
-            max_steps=spec.max_steps,
-            per_device_train_batch_size=spec.batch_size,
-            learning_rate=spec.learning_rate,
-            lr_scheduler_type="cosine",
-            warmup_steps=min(100, spec.max_steps // 10),
-            weight_decay=0.01,
-            max_length=tokenizer.model_max_length,
-            completion_only_loss=True,
-            activation_checkpointing=False,  # TRL's default is on; nothing to save at this size
-            train_sampling_strategy="group_by_length",  # prompts run from 8 to ~110 tokens: batch like with like
-            bf16=False,
-            fp16=False,
-            use_cpu=True,
-            seed=seed,
-            data_seed=seed,
-            save_strategy="no",
-            report_to="none",
-            logging_steps=max(1, spec.max_steps // 20),
-            disable_tqdm=True,
-            dataloader_num_workers=0,
+        spelling_steps, spelling_loss = _train(
+            model, tokenizer, drills, spec.spelling_steps, spec, seed, clock, scratch
         )
-        clock = _WallClock(started + spec.max_seconds)
-        trainer = SFTTrainer(
-            model=model, args=config, train_dataset=train, processing_class=tokenizer, callbacks=[clock]
-        )
-        result = trainer.train()
-        steps = trainer.state.global_step
+        logger.info("spelling phase: %d steps, mean loss %.3f", spelling_steps, spelling_loss)
+        steps, loss = _train(model, tokenizer, mixed, spec.steps, spec, seed, clock, scratch)
+        logger.info("game phase: %d steps, mean loss %.3f", steps, loss)
     if clock.stopped_early:
-        logger.warning(
-            "training stopped at step %d of %d: the %.0f s budget ran out", steps, spec.max_steps, spec.max_seconds
-        )
+        logger.warning("training stopped early: the build's %.0f s budget ran out", spec.max_seconds)
     train_seconds = time.monotonic() - started
 
     eval_rows = build_rows(spec.eval_rows, seed, eval_secrets(), solver=solver)
     scores = evaluate(model, tokenizer, eval_rows, solver)
-    logger.info("held-out greedy play: %s", scores)
+    logger.info("held-out play: %s", scores)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -469,18 +479,21 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "train_secrets": "training.data.train_secrets()",
-        "train_rows": spec.train_rows,
-        "train_states": len(train),
-        "spelling_steps": spec.spelling_steps,
+        "train_states": len(game),
+        "solver_guesses": len(set(guesses)),
+        "spelling_drills": len(drills),
+        "mixed_drills": len(mixed) - len(game),
+        "spelling_steps": spelling_steps,
         "steps": steps,
-        "max_steps": spec.max_steps,
+        "max_steps": [spec.spelling_steps, spec.steps],
         "stopped_early": clock.stopped_early,
-        "final_train_loss": round(result.training_loss, 4),
+        "mean_train_loss": [round(spelling_loss, 4), round(loss, 4)],
         "eval_secrets": "training.data.eval_secrets()",
         "eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in scores.items()},
         "train_seconds": round(train_seconds, 1),
         "build_seconds": round(time.monotonic() - started, 1),
         "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
         "command": "python -m training.tiny " + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}"]),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")

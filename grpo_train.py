@@ -25,12 +25,13 @@ import datasets
 import torch
 import transformers
 from rich.logging import RichHandler
+from trl import get_peft_config
 
 from rewards import get_reward_funcs
 from training.config import ConfigError, Resolved, resolve, to_yaml
 from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
 from training.device import MpsCacheCallback
-from training.modeling import load_model, load_tokenizer, merge_adapter, model_source, peft_config
+from training.modeling import load_model, load_tokenizer, merge_adapter, model_source
 from training.trainer import WordleGRPOTrainer
 
 logger = logging.getLogger("grpo_train")
@@ -139,7 +140,7 @@ def train(resolved: Resolved) -> WordleGRPOTrainer:
         args=args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        peft_config=peft_config(resolved),
+        peft_config=get_peft_config(resolved.model),
         callbacks=callbacks,
     )
     try:

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import datasets
 from transformers import AutoModelForCausalLM, TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOTrainer, get_peft_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rewards import get_reward_funcs
 from training.config import resolve
 from training.data import build_rows
-from training.modeling import load_tokenizer, model_source, peft_config
+from training.modeling import load_tokenizer, model_source
 from training.trainer import WordleGRPOTrainer
 
 
@@ -70,7 +70,7 @@ def run_once(trainer_cls, argv: list[str], source, rows, out: Path) -> tuple[lis
         args=resolved.training,
         train_dataset=datasets.Dataset.from_list(rows),
         processing_class=load_tokenizer(source, resolved),
-        peft_config=peft_config(resolved),
+        peft_config=get_peft_config(resolved.model),
         callbacks=[clock],
     )
     trainer.train()

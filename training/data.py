@@ -115,12 +115,6 @@ def build_rows(
     return rows
 
 
-def build_dataset(
-    n_rows: int, seed: int, secrets: Sequence[str] | None = None, explore: float = 0.3
-) -> datasets.Dataset:
-    return datasets.Dataset.from_list(build_rows(n_rows, seed, secrets, explore))
-
-
 # --- files --------------------------------------------------------------------------------------
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}

@@ -43,15 +43,23 @@ def cuda_supports_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def peak_memory_mb() -> tuple[float, str]:
-    """Peak memory so far and what it measures: accelerator memory where there is one, else process RSS."""
+def memory_source() -> str:
+    """What ``peak_memory_mb`` measures here: accelerator memory where there is one, else process RSS."""
     if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20, "cuda"
-    if torch.backends.mps.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "rss"
+
+
+def peak_memory_mb() -> float:
+    """Peak memory so far, in MiB, of ``memory_source()``."""
+    source = memory_source()
+    if source == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    if source == "mps":
         # MPS has no peak counter; the driver's current allocation is the closest figure.
-        return torch.mps.driver_allocated_memory() / 2**20, "mps"
+        return torch.mps.driver_allocated_memory() / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (2**20 if sys.platform == "darwin" else 2**10), "rss"  # bytes on macOS, KiB on Linux
+    return rss / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
 
 
 class MpsCacheCallback(TrainerCallback):

@@ -15,7 +15,7 @@ from huggingface_hub import HfApi, try_to_load_from_cache
 from huggingface_hub.errors import RepositoryNotFoundError
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from trl import get_peft_config, get_quantization_config
+from trl import get_quantization_config
 
 from training.config import TINY, ConfigError, Resolved
 
@@ -121,10 +121,6 @@ def load_model(source: str, resolved: Resolved) -> PreTrainedModel:
         f", {quantization.quant_method} {'4' if m.load_in_4bit else '8'}-bit" if quantization else "",
     )
     return model
-
-
-def peft_config(resolved: Resolved):
-    return get_peft_config(resolved.model)
 
 
 def merge_adapter(source: str, adapter_dir: Path, out_dir: Path, resolved: Resolved) -> Path:

@@ -290,8 +290,8 @@ def drill_rows(words: Sequence[str], n_rows: int, rng: random.Random) -> list[di
     Letter-level spelling is what a model this small fails at: trained on the game states alone,
     most of its guesses on held-out states were non-words mixing the letters of several solver
     guesses (format_reward 0.68-0.79 greedy, about 0.6 sampled, over eight probes). Drilling the
-    solver's own guesses, frequent ones most, first alone and then mixed in, raised it to 0.98
-    greedy and 0.86 sampled, and the model still picks among 100+ different words.
+    solver's own guesses, frequent ones most, first alone and then mixed in, raised it to 0.981
+    greedy and 0.918 sampled (the shipped build), and the model still picks among 100+ different words.
     """
     return [
         {
@@ -330,7 +330,7 @@ def generate_replies(
         )
         # Left padding, so that every row's prompt ends where generation starts.
         batch = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
-        output = model.generate(**batch, **sampling, max_new_tokens=48)
+        output = model.generate(**batch, **sampling)  # max_new_tokens: the model's generation_config
         new_tokens = output[:, batch["input_ids"].shape[1] :]
         replies.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return replies

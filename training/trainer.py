@@ -9,7 +9,7 @@ from __future__ import annotations
 from transformers import ProgressCallback
 from trl import GRPOTrainer
 
-from training.device import peak_memory_mb
+from training.device import memory_source, peak_memory_mb
 
 
 class WordleGRPOTrainer(GRPOTrainer):
@@ -24,7 +24,7 @@ class WordleGRPOTrainer(GRPOTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
-            logs["peak_memory_mb"], _ = peak_memory_mb()
+            logs["peak_memory_mb"] = peak_memory_mb()
         super().log(logs, start_time)
 
 
@@ -46,7 +46,7 @@ def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
     if "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
         parts.append(f"{logs['step_time']:.2f} s/step")
     if "peak_memory_mb" in logs:
-        parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {peak_memory_mb()[1]}")
+        parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {memory_source()}")
     return " | ".join(parts)
 
 

@@ -17,6 +17,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from trl import get_quantization_config
 
+from training import device as devices
 from training.config import TINY, ConfigError, Resolved
 
 logger = logging.getLogger(__name__)
@@ -61,10 +62,14 @@ def model_source(name: str) -> str:
 
 
 def load_tokenizer(source: str, resolved: Resolved) -> PreTrainedTokenizerBase:
+    return _tokenizer(source, resolved.model.model_revision, resolved.training.trust_remote_code)
+
+
+def _tokenizer(source: str, revision: str | None, trust_remote_code: bool) -> PreTrainedTokenizerBase:
     tokenizer = AutoTokenizer.from_pretrained(
         source,
-        revision=resolved.model.model_revision,
-        trust_remote_code=resolved.training.trust_remote_code,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
         padding_side="left",  # generation appends to the right of the prompt
     )
     if tokenizer.chat_template is None:
@@ -136,3 +141,48 @@ def merge_adapter(source: str, adapter_dir: Path, out_dir: Path, resolved: Resol
     merged.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(str(adapter_dir)).save_pretrained(out_dir)
     return out_dir
+
+
+def load_for_inference(
+    name: str,
+    adapter: str | Path | None = None,
+    *,
+    device: str | None = None,
+    dtype: str = "auto",
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A model (``tiny``, a local directory or a hub id), with a LoRA adapter if given, ready to generate.
+
+    ``device`` defaults to the best one here (cuda, mps, then cpu); ``dtype`` "auto" is float32 on
+    CPU and the checkpoint's own dtype elsewhere. The tokenizer is the adapter directory's when it
+    holds one (``grpo_train.py`` saves it there), else the model's.
+    """
+    source = model_source(name)
+    adapter_dir = None
+    if adapter is not None:
+        adapter_dir = Path(adapter).expanduser()
+        if not adapter_dir.is_dir():
+            raise ConfigError(f"adapter directory {adapter_dir.resolve()} does not exist")
+        if not (adapter_dir / "adapter_config.json").is_file():
+            raise ConfigError(
+                f"adapter directory {adapter_dir.resolve()} has no adapter_config.json (not a LoRA adapter)"
+            )
+    if device is None:
+        profile, _ = devices.detect()
+        device = "cuda" if profile == "rocm" else profile  # torch's ROCm build calls its GPUs cuda
+    if dtype == "auto":
+        dtype = "float32" if device == "cpu" else "auto"
+    has_tokenizer = adapter_dir is not None and (adapter_dir / "tokenizer_config.json").is_file()
+    tokenizer = _tokenizer(str(adapter_dir) if has_tokenizer else source, revision, trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        source,
+        revision=revision,
+        dtype=dtype if dtype == "auto" else getattr(torch, dtype),
+        trust_remote_code=trust_remote_code,
+    )
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    model.to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,119 @@
+"""Metrics of played games, each with a 95% confidence interval.
+
+Rates use the Wilson score interval (sound near 0 and 1, where the normal approximation is not);
+means use a seeded percentile bootstrap. Rates over turns treat turns as independent, which
+they are not quite (turns of one game share a secret), so those intervals are a little narrow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from evaluation.play import Game
+from rewards import REWARD_FUNCS
+from wordle import MAX_GUESSES, is_consistent
+
+Z95 = 1.959963984540054
+BOOTSTRAP_RESAMPLES = 5_000
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> dict[str, Any]:
+    """``{k, n, rate, low, high}``: the rate and its Wilson score interval. With n = 0 the rate is
+    None and the interval all of [0, 1]: nothing was observed."""
+    if not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return {"k": 0, "n": 0, "rate": None, "low": 0.0, "high": 1.0}
+    p = successes / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # At 0 and n the bound is exactly 0 or 1; float residue would say otherwise.
+    low = 0.0 if successes == 0 else max(0.0, center - half)
+    high = 1.0 if successes == n else min(1.0, center + half)
+    return {"k": successes, "n": n, "rate": p, "low": low, "high": high}
+
+
+def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any]:
+    """``{n, mean, low, high}``: the mean and a seeded 95% percentile-bootstrap interval.
+    Empty: all None. One value: the interval is that value."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return {"n": 0, "mean": None, "low": None, "high": None}
+    rng = np.random.default_rng(seed)
+    # In chunks, so that thousands of turns never need a resamples x n index array at once.
+    chunk = max(1, 2_000_000 // x.size)
+    means = np.concatenate(
+        [
+            x[rng.integers(0, x.size, size=(min(chunk, resamples - i), x.size))].mean(axis=1)
+            for i in range(0, resamples, chunk)
+        ]
+    )
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"n": int(x.size), "mean": float(x.mean()), "low": float(low), "high": float(high)}
+
+
+def reward_states(games: Sequence[Game]) -> tuple[list[str], list[str], list[list[list[str]]]]:
+    """Every turn played as a reward state: (replies, secrets, the valid history before the turn)."""
+    replies, secrets, histories = [], [], []
+    for game in games:
+        history: list[list[str]] = []
+        for turn in game.turns:
+            replies.append(turn.reply)
+            secrets.append(game.secret)
+            histories.append([list(pair) for pair in history])
+            if turn.status == "valid":
+                history = [*history, [turn.guess, turn.pattern]]
+    return replies, secrets, histories
+
+
+def reward_means(games: Sequence[Game], seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Each reward of ``rewards.REWARD_FUNCS``, called on every state played (one batch per reward)."""
+    replies, secrets, histories = reward_states(games)
+    return {
+        name: mean_ci(func(replies, secret=secrets, past_guess_history=histories), seed=seed)
+        for name, func in REWARD_FUNCS.items()
+    }
+
+
+def compute_metrics(games: Sequence[Game], seed: int = 0) -> dict[str, Any]:
+    """Win rate, guesses, invalid/inconsistent/repeat rates and reward means, with 95% CIs.
+
+    Invalid rates are over turns played; inconsistent and repeat rates over valid guesses
+    (a valid guess is inconsistent when it could not be the secret given the feedback so far).
+    """
+    turns = [t for g in games for t in g.turns]
+    wins = [g for g in games if g.won]
+    distribution = {str(k): 0 for k in range(1, MAX_GUESSES + 1)} | {"fail": 0}
+    for game in games:
+        distribution[str(game.guesses) if game.won else "fail"] += 1
+    valid, inconsistent, repeated = 0, 0, 0
+    for game in games:
+        history: list[tuple[str, str]] = []
+        for turn in game.turns:
+            if turn.status != "valid":
+                continue
+            valid += 1
+            inconsistent += not is_consistent(turn.guess, history)
+            repeated += any(turn.guess == g for g, _ in history)
+            history.append((turn.guess, turn.pattern))
+    n_format = sum(t.status == "format" for t in turns)
+    n_nonword = sum(t.status == "nonword" for t in turns)
+    return {
+        "games": len(games),
+        "turns": len(turns),
+        "valid_guesses": valid,
+        "win_rate": wilson(len(wins), len(games)),
+        "mean_guesses_won": mean_ci([g.guesses for g in wins], seed=seed),
+        "distribution": distribution,
+        "invalid_rate": wilson(n_format + n_nonword, len(turns)),
+        "format_failure_rate": wilson(n_format, len(turns)),
+        "nonword_rate": wilson(n_nonword, len(turns)),
+        "inconsistent_rate": wilson(inconsistent, valid),
+        "repeat_rate": wilson(repeated, valid),
+        "rewards": reward_means(games, seed=seed),
+    }

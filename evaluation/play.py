@@ -1,0 +1,319 @@
+"""The game engine and its players: whole games, up to six guesses, many games advancing together.
+
+Each turn the engine asks the player for one raw reply per still-active game and reads it exactly
+as the rewards do (``parse_completion``, ``normalize_word``, ``is_allowed``):
+
+- ``valid``: an allowed word; it is scored against the secret and joins the game's history;
+- ``format``: the reply does not parse, or its guess is not five ASCII letters;
+- ``nonword``: five letters, but not a word Wordle accepts.
+
+An invalid reply uses up its turn and is kept in the transcript, but gets no feedback, so the
+next prompt shows only the valid guesses (see :class:`GameView`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList
+
+from wordle import (
+    MAX_GUESSES,
+    Solver,
+    allowed,
+    candidates,
+    is_allowed,
+    normalize_word,
+    parse_completion,
+    render_prompt,
+    score_guess,
+)
+
+Status = Literal["valid", "format", "nonword"]
+Constrain = Literal["allowed", "candidates"]
+CONSTRAIN_CHOICES: tuple[str, ...] = ("allowed", "candidates")
+
+
+def classify_reply(reply: str) -> tuple[Status, str | None]:
+    """``(status, WORD)`` of a raw reply, judged exactly as ``format_reward`` judges it.
+
+    WORD is the upper-case five-letter guess for ``valid`` and ``nonword`` replies, else None.
+    """
+    word = normalize_word(parse_completion(reply))
+    if word is None:
+        return "format", None
+    return ("valid" if is_allowed(word) else "nonword"), word
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn: int  # 1-based
+    reply: str
+    status: Status
+    guess: str | None  # the parsed five-letter word (valid or nonword), else None
+    pattern: str | None  # G/Y/B feedback, valid turns only
+
+
+@dataclass
+class Game:
+    secret: str
+    turns: list[Turn] = field(default_factory=list)
+
+    @property
+    def history(self) -> tuple[tuple[str, str], ...]:
+        """The valid (GUESS, PATTERN) pairs so far: what the player is shown."""
+        return tuple((t.guess, t.pattern) for t in self.turns if t.status == "valid")
+
+    @property
+    def won(self) -> bool:
+        return bool(self.turns) and self.turns[-1].guess == self.secret and self.turns[-1].status == "valid"
+
+    @property
+    def over(self) -> bool:
+        return self.won or len(self.turns) >= MAX_GUESSES
+
+    @property
+    def guesses(self) -> int:
+        """Turns used, invalid ones included (a win in 4 may hold one invalid turn)."""
+        return len(self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "secret": self.secret,
+            "won": self.won,
+            "guesses": self.guesses,
+            "turns": [t.__dict__ for t in self.turns],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Game:
+        return cls(data["secret"], [Turn(**t) for t in data["turns"]])
+
+
+@dataclass(frozen=True)
+class GameView:
+    """What a player sees: the valid history and the turn number, never the secret.
+
+    Only valid guesses are shown, so the prompt of a turn is ``render_prompt(history)``, exactly a
+    training row's prompt (training rows never contain invalid turns). The cost: after an invalid
+    turn the prompt says "Guess k" with k one lower than the turns actually used.
+    """
+
+    history: tuple[tuple[str, str], ...]
+    turn: int
+
+    @property
+    def prompt(self) -> list[dict[str, str]]:
+        return render_prompt(self.history)
+
+
+class Player(Protocol):
+    name: str
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        """One raw reply per game, in order."""
+        ...
+
+
+def play(player: Player, secrets: Sequence[str] | None = None) -> list[Game]:
+    """Play one full game per secret (default: the 300 held-out ``eval_secrets()``).
+
+    All games advance together: each turn, one ``player.replies`` call serves every active game.
+    """
+    if secrets is None:
+        from training.data import eval_secrets
+
+        secrets = eval_secrets()
+    games = [Game(s) for s in (normalize_word(s) or s for s in secrets)]
+    for game in games:
+        if normalize_word(game.secret) is None:
+            raise ValueError(f"secret {game.secret!r} is not a five-letter word")
+    start = getattr(player, "start", None)
+    if start is not None:
+        start()  # a fresh random stream, so the same player and seed replay the same games
+    while active := [g for g in games if not g.over]:
+        views = [GameView(g.history, len(g.turns) + 1) for g in active]
+        replies = player.replies(views)
+        if len(replies) != len(active):
+            raise ValueError(f"player {player.name} returned {len(replies)} replies for {len(active)} games")
+        for game, reply in zip(active, replies, strict=True):
+            status, word = classify_reply(reply)
+            pattern = score_guess(word, game.secret) if status == "valid" else None
+            game.turns.append(Turn(len(game.turns) + 1, reply, status, word, pattern))
+    return games
+
+
+def format_reply(word: str, think: str = "") -> str:
+    return f"<think>{think}</think><guess>{word}</guess>"
+
+
+# --- baselines and scripted players ---------------------------------------------------------------
+
+
+class SolverPlayer:
+    """Greedy maximum-entropy play (``wordle.Solver``): the ceiling."""
+
+    name = "solver"
+
+    def __init__(self) -> None:
+        self.solver = Solver()
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        return [format_reply(self.solver.next_guess(v.history), "entropy") for v in views]
+
+
+class RandomCandidatePlayer:
+    """A uniformly random answer still consistent with the feedback: consistent but unplanned play."""
+
+    name = "random candidate"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.start()
+
+    def start(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        return [format_reply(self.rng.choice(candidates(v.history).words()), "random candidate") for v in views]
+
+
+class RandomAllowedPlayer:
+    """A uniformly random allowed word, ignoring feedback: the floor."""
+
+    name = "random allowed"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.start()
+
+    def start(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        words = allowed()
+        return [format_reply(self.rng.choice(words), "random word") for v in views]
+
+
+class ConstantPlayer:
+    """Always the same word (CRANE by default): wins only when the secret is that word."""
+
+    def __init__(self, word: str = "CRANE") -> None:
+        self.word = word
+        self.name = f"always {word}"
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        return [format_reply(self.word) for _ in views]
+
+
+class ScriptedPlayer:
+    """Replies from a list, by turn (the last one repeats): for tests of broken or odd replies."""
+
+    def __init__(self, replies_by_turn: Sequence[str], name: str = "scripted") -> None:
+        self.script = list(replies_by_turn)
+        self.name = name
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        return [self.script[min(v.turn, len(self.script)) - 1] for v in views]
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+class ModelPlayer:
+    """A causal LM replying to ``render_prompt(history)``, generated and decoded as TRL's GRPO trainer does.
+
+    Greedy by default; ``sample=True`` draws at ``temperature`` with top-k and top-p off (GRPO's
+    sampling), seeded by ``seed`` once per :func:`play`. ``constrain`` ("allowed" or "candidates")
+    masks logits after ``<guess>`` so that only such words can be written: that measures something
+    else than the model's own skill and is always reported as a separate row.
+    ``max_new_tokens`` defaults to the model's generation_config, else 256.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        sample: bool = False,
+        temperature: float = 1.0,
+        seed: int = 0,
+        constrain: Constrain | None = None,
+        batch_size: int = 64,
+        max_new_tokens: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        if constrain is not None and constrain not in CONSTRAIN_CHOICES:
+            raise ValueError(f"unknown constrain {constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
+        self.model, self.tokenizer = model, tokenizer
+        self.sample, self.temperature, self.seed = sample, temperature, seed
+        self.constrain, self.batch_size = constrain, batch_size
+        self.name = name or ("model" if constrain is None else f"model, constrained to {constrain} words")
+        self.max_new_tokens = max_new_tokens or getattr(model.generation_config, "max_new_tokens", None) or 256
+        self._constraint = None
+        if constrain is not None:
+            from evaluation.constrain import GuessConstraint
+
+            self._constraint = GuessConstraint(tokenizer, self._eos_ids())
+
+    def _eos_ids(self) -> list[int]:
+        # As TRL: the tokenizer's eos first, then any the model's generation_config adds.
+        ids = self.model.generation_config.eos_token_id
+        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+        if self.tokenizer.eos_token_id not in ids:
+            ids = [self.tokenizer.eos_token_id, *ids]
+        return ids
+
+    def generation_config(self) -> GenerationConfig:
+        """TRL's GRPOTrainer generation config (transformers backend), greedy unless sampling."""
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": self.sample,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "bos_token_id": self.tokenizer.bos_token_id,
+            "eos_token_id": self._eos_ids(),
+            "use_cache": True,
+        }
+        if self.sample:
+            kwargs.update(temperature=self.temperature, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0)
+        else:
+            kwargs.update(repetition_penalty=1.0)
+        return GenerationConfig(**kwargs, disable_compile=True)
+
+    def start(self) -> None:
+        if self.sample:
+            torch.manual_seed(self.seed)  # generate() samples from torch's global RNG
+
+    @torch.no_grad()
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        was_training = self.model.training
+        self.model.eval()
+        config = self.generation_config()
+        out: list[str] = []
+        try:
+            for start in range(0, len(views), self.batch_size):
+                out.extend(self._generate(views[start : start + self.batch_size], config))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _generate(self, views: Sequence[GameView], config: GenerationConfig) -> list[str]:
+        texts = self.tokenizer.apply_chat_template(
+            [v.prompt for v in views], add_generation_prompt=True, tokenize=False
+        )
+        # Left padding, so that every row's prompt ends where generation starts.
+        batch = self.tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+        batch = batch.to(self.model.device)
+        prompt_len = batch["input_ids"].shape[1]
+        processors = LogitsProcessorList()
+        if self._constraint is not None:
+            if self.constrain == "allowed":
+                targets = [None] * len(views)  # None: every allowed word
+            else:
+                targets = [tuple(candidates(v.history).words()) for v in views]
+            processors.append(self._constraint.for_batch(prompt_len, targets))
+        output = self.model.generate(**batch, generation_config=config, logits_processor=processors)
+        return self.tokenizer.batch_decode(output[:, prompt_len:], skip_special_tokens=True)

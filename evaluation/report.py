@@ -105,15 +105,18 @@ COLUMNS = (
     "win rate",
     "guesses (wins)",
     "1 2 3 4 5 6 / fail",
-    "invalid: format",
-    "invalid: non-word",
+    "format fail",
+    "non-word",
     "inconsistent",
     "repeat",
     *(name.removesuffix("_reward") for name in REWARD_FUNCS),
 )
 
 
-def table_rows(results: Sequence[PlayerResult]) -> list[list[str]]:
+def table_rows(results: Sequence[PlayerResult], ci: bool = True) -> list[list[str]]:
+    """One row of cells per player; ``ci=False`` keeps the intervals of the win rate and guesses only."""
+    rate = _pct if ci else (lambda r: "n/a" if r["rate"] is None else f"{100 * r['rate']:.1f}%")
+    reward = (lambda v: _mean(v, 3)) if ci else (lambda v: "n/a" if v["mean"] is None else f"{v['mean']:.3f}")
     rows = []
     for r in results:
         m = r.metrics
@@ -123,11 +126,11 @@ def table_rows(results: Sequence[PlayerResult]) -> list[list[str]]:
                 _pct(m["win_rate"]),
                 _mean(m["mean_guesses_won"]),
                 _distribution(m),
-                _pct(m["format_failure_rate"]),
-                _pct(m["nonword_rate"]),
-                _pct(m["inconsistent_rate"]),
-                _pct(m["repeat_rate"]),
-                *(_mean(m["rewards"][name], 3) for name in REWARD_FUNCS),
+                rate(m["format_failure_rate"]),
+                rate(m["nonword_rate"]),
+                rate(m["inconsistent_rate"]),
+                rate(m["repeat_rate"]),
+                *(reward(m["rewards"][name]) for name in REWARD_FUNCS),
             ]
         )
     return rows
@@ -162,11 +165,14 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def rich_table(results: Sequence[PlayerResult], title: str = "Wordle evaluation (95% CI)") -> Table:
-    table = Table(title=title)
+def rich_table(results: Sequence[PlayerResult], title: str | None = None) -> Table:
+    """The terminal's table: 95% CIs on the win rate and mean guesses only, to fit a terminal
+    (the Markdown and JSON carry every interval)."""
+    games = results[0].metrics["games"] if results else 0
+    table = Table(title=title or f"Wordle, {games} full games (95% CI)")
     for i, column in enumerate(COLUMNS):
-        table.add_column(column, justify="left" if i == 0 else "right", overflow="fold")
-    for row in table_rows(results):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for row in table_rows(results, ci=False):
         table.add_row(*row)
     return table
 

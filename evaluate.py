@@ -1,0 +1,154 @@
+"""Play full games of Wordle with a model on the 300 held-out secrets, next to the solver and random baselines.
+
+    python evaluate.py --model tiny                                    # the embedded model, greedy, 300 games
+    python evaluate.py --model tiny --adapter outputs/cpu --out outputs/cpu/eval-cli
+    python evaluate.py --model tiny --adapter outputs/cpu --constrain allowed   # adds a constrained row
+    python evaluate.py --model Qwen/Qwen2.5-3B-Instruct --games 50 --sample --temperature 1.0 --seed 1
+
+With --out DIR it writes eval.json (metrics, 95% CIs and every game's transcript), eval.md (the
+table and replays), guesses.png and, with --train_log trainer_state.json, rewards.png.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from rich.console import Console
+from rich.logging import RichHandler
+from transformers import HfArgumentParser
+
+from evaluation.play import CONSTRAIN_CHOICES
+from evaluation.report import (
+    markdown,
+    pick_replays,
+    plot_guess_histogram,
+    plot_reward_curves,
+    replay_lines,
+    rich_table,
+    write_json,
+)
+from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
+from training.config import ConfigError
+
+logger = logging.getLogger("evaluate")
+
+
+@dataclass
+class EvalArguments:
+    model: str = field(default="tiny", metadata={"help": "'tiny' (the embedded model), a hub id or a local directory"})
+    adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory (grpo_train's output_dir)"})
+    games: int = field(default=300, metadata={"help": "games to play, spread over the 300 held-out secrets"})
+    sample: bool = field(default=False, metadata={"help": "sample replies (default: greedy)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (with --sample)"})
+    seed: int = field(default=0, metadata={"help": "seed of sampling, the random baselines and the bootstrap"})
+    constrain: str | None = field(
+        default=None,
+        metadata={
+            "help": f"also play with guesses constrained to {' or '.join(CONSTRAIN_CHOICES)} words "
+            "(reported as its own row)"
+        },
+    )
+    baselines: bool = field(
+        default=True, metadata={"help": "also play the solver and the random baselines (--no_baselines to skip)"}
+    )
+    out: str | None = field(default=None, metadata={"help": "directory for eval.json, eval.md and the PNG plots"})
+    replays: int = field(default=3, metadata={"help": "games of each model row to replay as emoji rows"})
+    train_log: str | None = field(
+        default=None, metadata={"help": "a trainer_state.json (or checkpoint directory) for the reward-curve plot"}
+    )
+    batch_size: int = field(default=64, metadata={"help": "games generated per model.generate call"})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "reply length limit (default: the model's generation_config, else 256)"}
+    )
+    device: str | None = field(default=None, metadata={"help": "cuda, mps or cpu (default: the best one here)"})
+    torch_threads: int = field(default=1, metadata={"help": "CPU threads for torch (0: torch's default)"})
+
+
+def parse(argv: list[str]) -> EvalArguments:
+    parser = HfArgumentParser(EvalArguments)
+
+    def error(message: str) -> None:
+        raise ConfigError(message)
+
+    parser.error = error  # one line, not argparse's usage block
+    args, rest = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    if rest:
+        raise ConfigError(f"unknown argument {rest[0]!r}; see python evaluate.py --help")
+    if args.constrain is not None and args.constrain not in CONSTRAIN_CHOICES:
+        raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
+    if args.games < 1:
+        raise ConfigError(f"--games must be at least 1, got {args.games}")
+    if args.sample and args.temperature <= 0:
+        raise ConfigError(f"--temperature must be positive when sampling, got {args.temperature}")
+    if args.train_log is not None:
+        log = Path(args.train_log)
+        if not (log.is_file() or (log / "trainer_state.json").is_file()):
+            raise ConfigError(
+                f"--train_log {log.resolve()} is neither a trainer_state.json nor a directory holding one"
+            )
+    return args
+
+
+def run(args: EvalArguments, console: Console) -> list:
+    from training.modeling import load_for_inference
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    model, tokenizer = load_for_inference(args.model, args.adapter, device=args.device)
+    secrets = select_secrets(args.games)
+    label = "model" if args.adapter is None else "model + adapter"
+    results = evaluate_model(
+        model,
+        tokenizer,
+        secrets,
+        sample=args.sample,
+        temperature=args.temperature,
+        seed=args.seed,
+        constrain=args.constrain,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        label=label,
+    )
+    if args.baselines:
+        results += evaluate_baselines(secrets, seed=args.seed)
+
+    console.print(rich_table(results))
+    for result in results:
+        if result.kind == "baseline":
+            continue
+        for game in pick_replays(result.games, args.replays):
+            console.print(f"[bold]{result.label}[/bold]: " + "\n".join(replay_lines(game)), highlight=False)
+
+    if args.out:
+        out = Path(args.out)
+        settings = asdict(args) | {"secrets": list(secrets)}
+        decoding = f"sampled at temperature {args.temperature}, seed {args.seed}" if args.sample else "greedy"
+        notes = [f"model {args.model}" + (f", adapter {args.adapter}" if args.adapter else "") + f"; {decoding}"]
+        write_json(out / "eval.json", results, settings)
+        (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
+        plot_guess_histogram(results, out / "guesses.png")
+        if args.train_log and plot_reward_curves(args.train_log, out / "rewards.png") is None:
+            logger.warning("%s holds no reward logs: no rewards.png", args.train_log)
+        logger.info("wrote eval.json, eval.md and the plots to %s", out)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
+    transformers.utils.logging.set_verbosity_warning()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        run(parse(argv), Console())
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,6 +24,7 @@ from transformers import HfArgumentParser
 
 from evaluation.play import CONSTRAIN_CHOICES
 from evaluation.report import (
+    console,
     markdown,
     pick_replays,
     plot_guess_histogram,
@@ -94,7 +95,7 @@ def parse(argv: list[str]) -> EvalArguments:
     return args
 
 
-def run(args: EvalArguments, console: Console) -> list:
+def run(args: EvalArguments, out_console: Console) -> list:
     from training.modeling import load_for_inference
 
     if args.torch_threads:
@@ -117,12 +118,12 @@ def run(args: EvalArguments, console: Console) -> list:
     if args.baselines:
         results += evaluate_baselines(secrets, seed=args.seed)
 
-    console.print(rich_table(results))
+    out_console.print(rich_table(results))
     for result in results:
         if result.kind == "baseline":
             continue
         for game in pick_replays(result.games, args.replays):
-            console.print(f"[bold]{result.label}[/bold]: " + "\n".join(replay_lines(game)), highlight=False)
+            out_console.print(f"[bold]{result.label}[/bold]: " + "\n".join(replay_lines(game)), highlight=False)
 
     if args.out:
         out = Path(args.out)
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     transformers.utils.logging.set_verbosity_warning()
     argv = sys.argv[1:] if argv is None else argv
     try:
-        run(parse(argv), Console())
+        run(parse(argv), console())
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

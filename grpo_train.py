@@ -27,6 +27,17 @@ import transformers
 from rich.logging import RichHandler
 from trl import get_peft_config
 
+from evaluation.report import (
+    PlayerResult,
+    console,
+    markdown,
+    plot_guess_histogram,
+    plot_reward_curves,
+    read_json,
+    rich_table,
+    write_json,
+)
+from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
 from training.config import ConfigError, Resolved, resolve, to_yaml
 from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
@@ -38,6 +49,7 @@ logger = logging.getLogger("grpo_train")
 
 CONFIG_FILE = "wordle_grpo_config.yaml"
 ROWS_FILE = "train_rows.jsonl"
+EVAL_DIR = "eval"
 
 
 def setup_logging() -> None:
@@ -133,6 +145,9 @@ def train(resolved: Resolved) -> WordleGRPOTrainer:
     if len(train_dataset) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
 
+    # Full games on held-out secrets before training, to compare with after (reused on --resume).
+    before = None if script.skip_eval else evaluate_start(resolved, model, tokenizer, out, resuming=bool(checkpoint))
+
     callbacks = [MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []
     trainer = WordleGRPOTrainer(
         model=model,
@@ -160,7 +175,71 @@ def train(resolved: Resolved) -> WordleGRPOTrainer:
     if script.merge:
         merged = merge_adapter(source, out, out / "merged", resolved)
         logger.info("saved the merged model to %s", merged)
+    if before is not None:
+        evaluate_end(resolved, trainer, tokenizer, out, before)
     return trainer
+
+
+# --- full-game evaluation before and after training ------------------------------------------------
+
+
+def _eval_settings(resolved: Resolved) -> dict:
+    """What must match for a saved before.json to stand for this run's starting model."""
+    return {
+        "model": resolved.model.model_name_or_path,
+        "games": resolved.script.eval_games,
+        "decoding": "greedy",
+        "max_new_tokens": resolved.training.max_completion_length,
+        "seed": resolved.training.seed,
+    }
+
+
+def _play(resolved: Resolved, model, tokenizer, label: str) -> PlayerResult:
+    [result] = evaluate_model(
+        model,
+        tokenizer,
+        select_secrets(resolved.script.eval_games),
+        seed=resolved.training.seed,
+        max_new_tokens=resolved.training.max_completion_length,
+        label=label,
+    )
+    return result
+
+
+def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bool) -> list[PlayerResult]:
+    """The starting model's games and the baselines', saved to ``eval/before.json``. On --resume a
+    saved file made with the same settings is reused: the starting model is the same, and greedy
+    play would only repeat the same games."""
+    path = out / EVAL_DIR / "before.json"
+    if resuming and path.is_file():
+        settings, results = read_json(path)
+        if settings == _eval_settings(resolved):
+            logger.info("reusing the evaluation before training from %s", path)
+            return results
+        logger.warning("%s was made with other settings (%s); evaluating again", path, settings)
+    if not resolved.quantized:  # quantized weights were placed on their device as they loaded
+        model.to(resolved.training.device)  # where the Trainer would move it anyway
+    secrets = select_secrets(resolved.script.eval_games)
+    results = [_play(resolved, model, tokenizer, "before"), *evaluate_baselines(secrets, seed=resolved.training.seed)]
+    write_json(path, results, _eval_settings(resolved))
+    return results
+
+
+def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list[PlayerResult]) -> None:
+    """The trained model's games, the before/after table, and the files under ``eval/``."""
+    directory = out / EVAL_DIR
+    after = _play(resolved, trainer.model, tokenizer, "after")
+    write_json(directory / "after.json", [after], _eval_settings(resolved))
+    results = [before[0], after, *before[1:]]
+    (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
+    plot_guess_histogram(results, directory / "guesses.png")
+    plot_reward_curves(trainer.state.log_history, directory / "rewards.png")
+    note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
+    (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
+    console().print(rich_table(results, title=f"Before and after training, {after.metrics['games']} full games"))
+    logger.info(
+        "evaluation: win rate %.3f before, %.3f after; files in %s", before[0].win_rate, after.win_rate, directory
+    )
 
 
 def _oom_message(resolved: Resolved) -> str:

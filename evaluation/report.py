@@ -7,11 +7,13 @@ row per player; a constrained model is its own row, labelled as such.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from evaluation.play import Game
@@ -175,6 +177,11 @@ def rich_table(results: Sequence[PlayerResult], title: str | None = None) -> Tab
     for row in table_rows(results, ci=False):
         table.add_row(*row)
     return table
+
+
+def console() -> Console:
+    """A console for the tables: a terminal's own width, or wide enough when output goes to a file or pipe."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def write_json(path: str | Path, results: Sequence[PlayerResult], settings: dict[str, Any]) -> Path:

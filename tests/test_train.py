@@ -42,6 +42,8 @@ QUICK = [
     "true",
     "--seed",
     "3",
+    "--eval_games",  # the full-game evaluation before and after, kept to a few games
+    "2",
 ]
 
 
@@ -216,7 +218,20 @@ def test_mps_profile_wires_the_callback(monkeypatch, tmp_path):
     monkeypatch.setattr(grpo_train, "WordleGRPOTrainer", fake_trainer)
     monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
     r = resolve(
-        ["--profile", "mps", "--model", "tiny", "--output_dir", str(tmp_path), "--train_rows", "4", "--use_cpu", "true"]
+        [
+            "--profile",
+            "mps",
+            "--model",
+            "tiny",
+            "--output_dir",
+            str(tmp_path),
+            "--train_rows",
+            "4",
+            "--use_cpu",
+            "true",
+            "--skip_eval",
+            "true",
+        ]
     )
     with pytest.raises(Stop):
         grpo_train.train(r)

@@ -86,6 +86,20 @@ class ScriptArguments:
     mps_empty_cache_steps: int = field(
         default=0, metadata={"help": "on MPS, synchronize and empty the cache every N steps (0: never)"}
     )
+    skip_eval: bool = field(default=False, metadata={"help": "skip the full-game evaluation before and after training"})
+    eval_games: int = field(
+        default=300,
+        metadata={
+            "help": "full games played by the evaluation before and after training (of the 300 held-out secrets)"
+        },
+    )
+    constrain_vllm: str | None = field(
+        default=None,
+        metadata={
+            "help": "with use_vllm: constrain rollouts to '<think>…</think><guess>WORD</guess>' with WORD an "
+            "allowed word ('allowed'), through vllm_structured_outputs_regex"
+        },
+    )
 
 
 @dataclass
@@ -209,6 +223,17 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
         if "8bit" in str(train_kw.get("optim", "")):
             notes.append(f"--no-4bit: optimizer {train_kw['optim']} needs bitsandbytes, using adamw_torch")
             train_kw["optim"] = "adamw_torch"
+    if not 1 <= script.eval_games <= 300:
+        raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
+    if script.constrain_vllm is not None:
+        if script.constrain_vllm != "allowed":
+            raise ConfigError(f"unknown --constrain_vllm {script.constrain_vllm!r}; valid: allowed")
+        if not train_kw.get("use_vllm"):
+            raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
+        from evaluation.constrain import guess_regex  # here, not at the top: only this flag needs it
+
+        train_kw["vllm_structured_outputs_regex"] = guess_regex()
+        notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
     unknown_rewards = [r for r in script.rewards if r not in REWARD_FUNCS]
     if unknown_rewards:
         raise _unknown("reward", unknown_rewards[0], list(REWARD_FUNCS), "--rewards")
@@ -246,6 +271,9 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
         for name, kw in (("script", script_kw), ("grpo_config", train_kw), ("model_config", model_kw))
     }
     changed["grpo_config"].update({k: v for k, v in precision.items() if v is not None})
+    if "vllm_structured_outputs_regex" in changed["grpo_config"]:  # 80 kB of words: summarised, not printed
+        regex = changed["grpo_config"]["vllm_structured_outputs_regex"]
+        changed["grpo_config"]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
     return Resolved(script=script, training=training, model=model, notes=notes, changed=changed)
 
 
@@ -338,6 +366,7 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "mps_empty_cache_steps": s.mps_empty_cache_steps,
         },
         "rewards": dict(zip(s.rewards, t.reward_weights, strict=True)),
+        "evaluation": "skipped" if s.skip_eval else {"games": s.eval_games, "before_and_after": True},
         "notes": resolved.notes,
         **resolved.changed,
     }

@@ -1,0 +1,442 @@
+"""Full-game evaluation: the engine on scripted players, the metrics and their intervals, replays,
+constrained decoding, the CLI's errors, and a real evaluation of a throwaway tiny model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+import evaluate as evaluate_cli
+import grpo_train
+from evaluation import (
+    ConstantPlayer,
+    Game,
+    ModelPlayer,
+    RandomAllowedPlayer,
+    RandomCandidatePlayer,
+    ScriptedPlayer,
+    SolverPlayer,
+    Turn,
+    classify_reply,
+    compute_metrics,
+    mean_ci,
+    play,
+    wilson,
+)
+from evaluation.constrain import GuessConstraint, guess_regex
+from evaluation.metrics import reward_means
+from evaluation.report import markdown, read_json, replay_lines, squares
+from evaluation.run import evaluate_model, select_secrets
+from rewards import REWARD_FUNCS
+from training.config import resolve
+from training.data import eval_secrets
+from wordle import allowed, candidates, normalize_word, parse_completion, score_guess
+
+SECRETS = select_secrets(40)
+
+
+@pytest.fixture(scope="session")
+def tiny_ci(tmp_path_factory):
+    """A throwaway tiny model (random-ish weights after a few SFT steps), built in seconds."""
+    from training.tiny import build
+
+    torch.set_num_threads(1)
+    return build(tmp_path_factory.mktemp("tiny") / "model", scale="ci")
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_ci):
+    from training.modeling import load_for_inference
+
+    return load_for_inference(str(tiny_ci), device="cpu")
+
+
+# --- the engine ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "word"),
+    [
+        ("<think>x</think><guess>CRANE</guess>", "valid", "CRANE"),
+        ("<think></think> <guess>crane</guess>\n", "valid", "CRANE"),  # any case, whitespace allowed
+        ("<think>x</think><guess>ABCDE</guess>", "nonword", "ABCDE"),  # five letters, not a word
+        ("<think>x</think><guess>CRANES</guess>", "format", None),  # six letters
+        ("<guess>CRANE</guess>", "format", None),  # no think
+        ("<think>x</think><guess>CRANE</guess> more", "format", None),  # text after the guess
+        ("<think><guess>CRANE</guess></think><guess>SLATE</guess>", "format", None),  # two guesses
+        ("", "format", None),  # empty, e.g. eos at once
+    ],
+)
+def test_replies_are_classified_as_the_rewards_read_them(reply, status, word):
+    assert classify_reply(reply) == (status, word)
+    # The same verdict format_reward gives: 1.0 valid, 0.5 non-word, below that a format failure.
+    score = REWARD_FUNCS["format_reward"]([reply])[0]
+    assert {"valid": score == 1.0, "nonword": score == 0.5, "format": score < 0.5}[status]
+
+
+def test_solver_wins_every_game():
+    games = play(SolverPlayer(), SECRETS)
+    m = compute_metrics(games)
+    assert [g.won for g in games] == [True] * len(SECRETS)
+    assert m["win_rate"]["rate"] == 1.0 and m["distribution"]["fail"] == 0
+    assert m["invalid_rate"]["k"] == 0 and m["repeat_rate"]["k"] == 0
+    assert m["rewards"]["format_reward"]["mean"] == 1.0
+    # Each game ends on its first all-green turn.
+    assert all(g.turns[-1].pattern == "GGGGG" and "GGGGG" not in [t.pattern for t in g.turns[:-1]] for g in games)
+
+
+def test_always_crane_wins_only_on_crane():
+    secrets = ["CRANE", "SLATE", "ABBEY", "ZESTY"]
+    games = play(ConstantPlayer("CRANE"), secrets)
+    assert [(g.won, g.guesses) for g in games] == [(True, 1), (False, 6), (False, 6), (False, 6)]
+    m = compute_metrics(games)
+    assert m["win_rate"]["k"] == 1 and m["distribution"] == {"1": 1, "2": 0, "3": 0, "4": 0, "5": 0, "6": 0, "fail": 3}
+    # Each of the 15 repeats after a first CRANE is a repeat and (known not the secret) inconsistent.
+    assert m["valid_guesses"] == 19 and m["repeat_rate"]["k"] == 15 and m["inconsistent_rate"]["k"] == 15
+    assert m["mean_guesses_won"]["mean"] == 1.0
+
+
+def test_garbage_replies_use_up_every_turn_as_format_failures():
+    games = play(ScriptedPlayer(["no tags at all", "<think>x</think><guess>CRANES</guess>"]), SECRETS[:5])
+    m = compute_metrics(games)
+    assert all(not g.won and g.guesses == 6 and g.history == () for g in games)
+    assert all(t.status == "format" and t.guess is None and t.pattern is None for g in games for t in g.turns)
+    assert m["turns"] == 30 and m["format_failure_rate"]["k"] == 30 and m["nonword_rate"]["k"] == 0
+    assert m["inconsistent_rate"]["n"] == 0 and m["inconsistent_rate"]["rate"] is None  # no valid guess: n/a
+    assert m["rewards"]["format_reward"]["mean"] == pytest.approx((1 * 0.0 + 5 * 0.1) / 6)
+
+
+def test_invalid_turns_are_recorded_and_use_up_the_turn():
+    script = [
+        "<think>x</think><guess>ABCDE</guess>",  # turn 1: non-word
+        "broken",  # turn 2: format
+        "<think>x</think><guess>SLATE</guess>",  # turn 3: valid
+        "<think>x</think><guess>CRANE</guess>",  # turn 4 onwards: valid, wins on CRANE
+    ]
+    [game] = play(ScriptedPlayer(script), ["CRANE"])
+    assert [(t.turn, t.status, t.guess) for t in game.turns] == [
+        (1, "nonword", "ABCDE"),
+        (2, "format", None),
+        (3, "valid", "SLATE"),
+        (4, "valid", "CRANE"),
+    ]
+    assert game.won and game.guesses == 4 and game.turns[1].reply == "broken"
+    assert game.history == (("SLATE", score_guess("SLATE", "CRANE")), ("CRANE", "GGGGG"))
+    m = compute_metrics([game])
+    assert (m["format_failure_rate"]["k"], m["nonword_rate"]["k"], m["invalid_rate"]["k"], m["turns"]) == (1, 1, 2, 4)
+    assert m["distribution"]["4"] == 1
+
+
+def test_the_prompt_shows_only_valid_guesses():
+    seen = []
+
+    class Spy(ScriptedPlayer):
+        def replies(self, views):
+            seen.extend(v.prompt[-1]["content"] for v in views)
+            return super().replies(views)
+
+    play(Spy(["bad", "<think>x</think><guess>SLATE</guess>", "bad"]), ["CRANE"])
+    assert seen[0] == seen[1] == "Guess 1 of 6. No guesses yet."  # the invalid turn left no trace
+    assert seen[2].startswith("Guess 2 of 6.") and "SLATE:" in seen[2]
+
+
+def test_random_baselines_are_seeded_and_behave_as_named():
+    a, b = play(RandomCandidatePlayer(seed=1), SECRETS[:10]), play(RandomCandidatePlayer(seed=1), SECRETS[:10])
+    assert [g.to_dict() for g in a] == [g.to_dict() for g in b]
+    assert compute_metrics(a)["inconsistent_rate"]["k"] == 0  # always a still-possible answer
+    r = compute_metrics(play(RandomAllowedPlayer(seed=0), SECRETS[:10]))
+    assert r["invalid_rate"]["k"] == 0 and r["inconsistent_rate"]["rate"] > 0.5
+
+
+def test_a_player_returning_the_wrong_number_of_replies_is_an_error():
+    class Short(ScriptedPlayer):
+        def replies(self, views):
+            return []
+
+    with pytest.raises(ValueError, match="0 replies for 2 games"):
+        play(Short(["x"]), ["CRANE", "SLATE"])
+
+
+def test_select_secrets_spreads_over_the_held_out_list():
+    assert select_secrets() == eval_secrets() and select_secrets(500) == eval_secrets()
+    few = select_secrets(10)
+    assert len(set(few)) == 10 and set(few) <= set(eval_secrets()) and few[0] == eval_secrets()[0]
+    assert len({w[0] for w in few}) > 5  # not all from the start of the alphabet
+
+
+# --- replays ---------------------------------------------------------------------------------------
+
+
+def test_replay_rows():
+    assert squares("GYBBB") == "🟩🟨⬛⬛⬛"
+    game = Game(
+        "ABIDE",
+        [
+            Turn(1, "r1", "valid", "SPEED", score_guess("SPEED", "ABIDE")),  # duplicate E: only one marked
+            Turn(2, "<think>x</think><guess>ABCDE</guess>", "nonword", "ABCDE", None),
+            Turn(3, "x" * 60, "format", None, None),
+            Turn(4, "r4", "valid", "ABIDE", "GGGGG"),
+        ],
+    )
+    assert replay_lines(game) == [
+        "ABIDE (won in 4)",
+        "1 ⬛⬛🟨⬛🟨 SPEED",
+        "2 ❌ nonword: '<think>x</think><guess>ABCDE</guess>'",
+        "3 ❌ format: '" + "x" * 48 + "…'",
+        "4 🟩🟩🟩🟩🟩 ABIDE",
+    ]
+    lost = Game("ELDER", [Turn(1, "r", "valid", "EERIE", score_guess("EERIE", "ELDER"))] * 6)
+    assert replay_lines(lost)[:2] == ["ELDER (lost after 6)", "1 🟩🟨🟨⬛⬛ EERIE"]
+
+
+# --- intervals -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "rate", "low", "high"),
+    [
+        (0, 10, 0.0, 0.0, 0.2775),  # the rule of three's cousin: zero of ten still allows 28%
+        (5, 10, 0.5, 0.2366, 0.7634),
+        (10, 10, 1.0, 0.7225, 1.0),
+        (1, 100, 0.01, 0.0018, 0.0545),
+        (300, 300, 1.0, 0.9874, 1.0),
+    ],
+)
+def test_wilson_interval_known_values(k, n, rate, low, high):
+    w = wilson(k, n)
+    assert (w["k"], w["n"], w["rate"]) == (k, n, rate)
+    assert w["low"] == pytest.approx(low, abs=1e-4) and w["high"] == pytest.approx(high, abs=1e-4)
+
+
+def test_wilson_with_nothing_observed_and_bad_counts():
+    assert wilson(0, 0) == {"k": 0, "n": 0, "rate": None, "low": 0.0, "high": 1.0}
+    with pytest.raises(ValueError):
+        wilson(3, 2)
+
+
+def test_mean_ci_is_seeded_and_brackets_the_mean():
+    values = [3, 4, 4, 5, 3, 3, 4, 6, 2, 4]
+    a, b = mean_ci(values, seed=0), mean_ci(values, seed=0)
+    assert a == b and a["mean"] == pytest.approx(3.8) and a["n"] == 10
+    assert 3.0 <= a["low"] < 3.8 < a["high"] <= 4.6  # about the mean +- 1.96 standard errors (0.34)
+    assert mean_ci([4.0]) == {"n": 1, "mean": 4.0, "low": 4.0, "high": 4.0}
+    assert mean_ci([]) == {"n": 0, "mean": None, "low": None, "high": None}
+
+
+def test_reward_means_on_a_fixed_transcript():
+    game = Game(
+        "CRANE",
+        [
+            Turn(1, "broken", "format", None, None),
+            Turn(2, "<think>x</think><guess>SLATE</guess>", "valid", "SLATE", score_guess("SLATE", "CRANE")),
+            Turn(3, "<think>x</think><guess>CRANE</guess>", "valid", "CRANE", "GGGGG"),
+        ],
+    )
+    means = reward_means([game])
+    assert means["format_reward"]["mean"] == pytest.approx(2 / 3)
+    assert means["win_reward"]["mean"] == pytest.approx(1 / 3)
+    # Each state is scored by the reward itself, with the valid history before the turn.
+    history = [["SLATE", score_guess("SLATE", "CRANE")]]
+    expected = REWARD_FUNCS["feedback_reward"](
+        ["broken", game.turns[1].reply, game.turns[2].reply], past_guess_history=[[], [], history]
+    )
+    assert means["feedback_reward"]["mean"] == pytest.approx(sum(expected) / 3)
+    assert set(means) == set(REWARD_FUNCS)
+
+
+# --- constrained decoding --------------------------------------------------------------------------
+
+
+def test_guess_regex_matches_a_valid_reply_and_rejects_a_non_word():
+    pattern = re.compile(guess_regex())
+    assert pattern.fullmatch("<think>placed letters .R..E</think><guess>CRANE</guess>")
+    assert not pattern.fullmatch("<think>x</think><guess>ABCDE</guess>")  # not a word
+    assert not pattern.fullmatch("<think><guess>A</guess></think><guess>CRANE</guess>")  # a tag in the think
+    small = re.compile(guess_regex(["crane", "slate"]))
+    assert small.fullmatch("<think></think><guess>SLATE</guess>") and not small.fullmatch(
+        "<think></think><guess>ABBEY</guess>"
+    )
+    with pytest.raises(ValueError):
+        guess_regex(["toolong"])
+
+
+def test_constrain_vllm_flag_sets_the_regex_only_with_vllm():
+    with pytest.raises(ValueError, match="use_vllm"):
+        resolve(["--profile", "cpu", "--constrain_vllm", "allowed", "--dry-run"])
+    r = resolve(["--profile", "cpu", "--constrain_vllm", "allowed", "--use_vllm", "true", "--dry-run"])
+    assert r.training.vllm_structured_outputs_regex == guess_regex()
+
+
+def _on_list(written: str, words) -> bool:
+    """Whether the text after <guess> is (a prefix of) WORD</guess> for a listed word, in either case."""
+    return any(f"{w}</guess>".startswith(written) or f"{w.lower()}</guess>".startswith(written) for w in words)
+
+
+@pytest.mark.parametrize("constrain", ["allowed", "candidates"])
+def test_constrained_decoding_only_writes_listed_words_even_with_random_weights(tiny_loaded, constrain):
+    model, tokenizer = tiny_loaded
+    # Random weights: whatever the model would write, the mask must keep the guess on the list.
+    torch.manual_seed(0)
+    random_model = type(model)(model.config).eval()
+    player = ModelPlayer(random_model, tokenizer, sample=True, seed=0, constrain=constrain, max_new_tokens=48)
+    complete = 0
+    for game in play(player, SECRETS[:8]):
+        history = ()
+        for turn in game.turns:
+            if "<guess>" in turn.reply:
+                written = turn.reply.split("<guess>", 1)[1]
+                listed = allowed() if constrain == "allowed" else candidates(history).words()
+                assert _on_list(written, listed), (written, constrain)
+                complete += written.endswith("</guess>")
+            if turn.status == "valid":
+                history = (*history, (turn.guess, turn.pattern))
+            assert turn.status != "nonword"
+    assert complete > 0, "no reply opened and closed a guess: the test checked nothing"
+
+
+def test_constraint_masks_per_row_from_the_token_trie(tiny_loaded):
+    _, tokenizer = tiny_loaded
+    constraint = GuessConstraint(tokenizer, [tokenizer.eos_token_id])
+    trie = constraint.trie(("CRANE", "CRAMP"))
+    decode = lambda ids: {tokenizer.decode([i]) for i in ids.tolist()}
+    assert decode(constraint.allowed_ids(trie, "")) == {"C", "c"}
+    assert decode(constraint.allowed_ids(trie, "CRA")) == {"N", "M"}
+    assert constraint.allowed_ids(trie, "CRANE</guess>").tolist() == [tokenizer.eos_token_id]  # complete: stop
+    assert constraint.allowed_ids(trie, "XY").tolist() == [tokenizer.eos_token_id]  # off the list: stop
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+
+def cli_error(capsys, *argv: str) -> str:
+    assert evaluate_cli.main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("error: ") == 1, err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--constrain", "words"], "unknown --constrain 'words'; valid: allowed, candidates"),
+        (["--games", "0"], "--games must be at least 1"),
+        (["--games", "many"], "invalid int value"),
+        (["--sample", "--temperature", "0"], "--temperature must be positive"),
+        (["--frobnicate", "1"], "unknown argument '--frobnicate'"),
+        (["--train_log", "/nonexistent/trainer_state.json"], "neither a trainer_state.json"),
+        (["--model", "/nonexistent/model"], "model path /nonexistent/model does not exist"),
+    ],
+)
+def test_cli_errors_are_one_line(capsys, argv, expected):
+    assert expected in cli_error(capsys, *argv)
+
+
+def test_cli_adapter_errors(capsys, tmp_path, tiny_ci):
+    assert "does not exist" in cli_error(capsys, "--model", str(tiny_ci), "--adapter", str(tmp_path / "none"))
+    assert "no adapter_config.json" in cli_error(capsys, "--model", str(tiny_ci), "--adapter", str(tmp_path))
+
+
+def test_cli_writes_json_markdown_and_plots(tmp_path, tiny_ci, capsys):
+    out = tmp_path / "eval"
+    argv = ["--model", str(tiny_ci), "--games", "3", "--constrain", "allowed", "--out", str(out), "--replays", "1"]
+    assert evaluate_cli.main(argv) == 0
+    assert {p.name for p in out.iterdir()} == {"eval.json", "eval.md", "guesses.png"}
+    settings, results = read_json(out / "eval.json")
+    assert settings["games"] == 3 and len(settings["secrets"]) == 3
+    assert [r.kind for r in results] == ["model", "constrained", "baseline", "baseline", "baseline"]
+    assert [r.label for r in results][2:] == ["solver", "random candidate", "random allowed"]
+    md = (out / "eval.md").read_text()
+    assert "| model (constrained: allowed words) |" in md and "## Replays: model" in md
+
+
+# --- a real evaluation ------------------------------------------------------------------------------
+
+
+def test_real_evaluation_of_a_tiny_model_is_consistent_with_its_transcripts(tiny_loaded):
+    model, tokenizer = tiny_loaded
+    secrets = select_secrets(10)
+    [result] = evaluate_model(model, tokenizer, secrets, max_new_tokens=24)
+    m, games = result.metrics, result.games
+    assert [g.secret for g in games] == list(secrets) and m["games"] == 10
+    turns = [t for g in games for t in g.turns]
+    assert m["turns"] == len(turns) and all(g.won or g.guesses == 6 for g in games)
+    for t in turns:  # every recorded verdict is the one the parser gives
+        assert classify_reply(t.reply) == (t.status, t.guess)
+        assert t.guess is None or t.guess == normalize_word(parse_completion(t.reply))
+    assert m["format_failure_rate"]["k"] == sum(t.status == "format" for t in turns)
+    assert m["nonword_rate"]["k"] == sum(t.status == "nonword" for t in turns)
+    assert m["win_rate"]["k"] == sum(g.won for g in games) == 10 - m["distribution"]["fail"]
+    assert sum(m["distribution"].values()) == 10
+    assert m["rewards"]["format_reward"]["n"] == len(turns)
+    json.dumps(result.to_dict())  # the JSON report holds it as is
+    # Greedy play is deterministic: the same games again.
+    [again] = evaluate_model(model, tokenizer, secrets, max_new_tokens=24)
+    assert [g.to_dict() for g in again.games] == [g.to_dict() for g in games]
+
+
+def test_sampling_is_seeded(tiny_loaded):
+    model, tokenizer = tiny_loaded
+    runs = [play(ModelPlayer(model, tokenizer, sample=True, seed=s, max_new_tokens=24), SECRETS[:4]) for s in (3, 3, 4)]
+    dicts = [[g.to_dict() for g in games] for games in runs]
+    assert dicts[0] == dicts[1] and dicts[0] != dicts[2]
+
+
+def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    argv = [
+        "--profile",
+        "cpu",
+        "--train_rows",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--num_generations",
+        "4",
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        "--eval_games",
+        "3",
+        "--output_dir",
+        str(out),
+    ]
+    trainer = grpo_train.train(resolve(argv))
+    directory = out / grpo_train.EVAL_DIR
+    assert {p.name for p in directory.iterdir()} == {
+        "before.json",
+        "after.json",
+        "eval.md",
+        "guesses.png",
+        "rewards.png",
+        "log_history.json",
+    }
+    _, before = read_json(directory / "before.json")
+    assert [r.label for r in before] == ["before", "solver", "random candidate", "random allowed"]
+    assert json.loads((directory / "log_history.json").read_text()) == trainer.state.log_history
+    assert "| before |" in (directory / "eval.md").read_text() and "| after |" in (directory / "eval.md").read_text()
+
+    # On --resume the saved evaluation stands for the starting model: no game is played again.
+    calls = []
+    real = grpo_train.evaluate_model
+    monkeypatch.setattr(grpo_train, "evaluate_model", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
+    grpo_train.train(resolve([*argv, "--max_steps", "2", "--resume"]))
+    assert calls == ["after"]
+
+
+def test_markdown_labels_a_constrained_row_as_such():
+    games = play(ConstantPlayer("CRANE"), ["CRANE", "SLATE"])
+    from evaluation.report import PlayerResult
+
+    rows = [
+        PlayerResult("model", "model", compute_metrics(games), games),
+        PlayerResult("model (constrained: allowed words)", "constrained", compute_metrics(games), games),
+    ]
+    md = markdown(rows, replays=1)
+    assert md.count("\n| model") == 2 and "not its own skill" in md
+    assert "## Replays: model (constrained: allowed words)" in md

@@ -3,22 +3,35 @@
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM, Qwen2Tokenizer
 
+import evaluation.run
 import training.data
-from rewards import format_reward
+from evaluation.run import evaluate_model
 from training import tiny
-from training.data import build_rows, eval_secrets
-from wordle import SYSTEM_PROMPT, Solver, allowed, answers, history_for, parse_completion, render_prompt
+from training.data import eval_secrets
+from wordle import (
+    SYSTEM_PROMPT,
+    Solver,
+    allowed,
+    answers,
+    candidates,
+    history_for,
+    parse_completion,
+    parse_history,
+    render_prompt,
+)
 
 TOKENIZER = tiny.build_tokenizer()
+# What the shipped model must keep doing on 60 held-out games (it measured WIN and INVALID when shipped).
+MIN_WIN_RATE, MAX_INVALID = 0.0, 0.05
 VOCAB_TEXT = st.text(alphabet=st.sampled_from(tiny.CHARACTERS), max_size=200)
 HISTORIES = st.builds(history_for, st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5))
 
@@ -57,8 +70,9 @@ def test_system_prompt_round_trips():
     assert round_trips(TOKENIZER, SYSTEM_PROMPT)
 
 
-def test_letters_are_single_tokens_and_tags_marks_are_whole():
-    assert TOKENIZER.tokenize("CRANE") == list("CRANE")
+def test_letters_marks_answers_and_tags_are_whole_tokens():
+    assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
+    assert TOKENIZER.tokenize("CRANE") == ["CRANE"]  # an answer: one token
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -68,10 +82,11 @@ def test_letters_are_single_tokens_and_tags_marks_are_whole():
         "E",
         "</think>",
         "<guess>",
-        *"CRANE",
+        "CRANE",
         "</guess>",
     ]
-    assert TOKENIZER.tokenize("SOARE: S(✓) O(~) A(-)") == [*"SOARE", ": ", "S", "(✓)", " ", "O", "(~)", " ", "A", "(-)"]
+    assert TOKENIZER.tokenize("SOARE: S(✓) O(~) A(-)") == [*"SOARE", ": ", "S(✓)", " O(~)", " A(-)"]
+    assert TOKENIZER.tokenize("crane") == list("crane")  # answers are upper case only
 
 
 @pytest.mark.parametrize("text", ["é", "CRANÉ 😀", "<think>日本</think>", "\x00\u200b"])
@@ -89,7 +104,12 @@ def test_prompts_are_short():
     five = history_for("ROBIN", ["SOARE", "CLINT", "BUMPH", "FOLKY", "GAWKS"])
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
-    assert len(last) == 8 + 5 * 21  # per line: 5 letters, ': ', 5 x (letter, mark), 4 spaces, newline
+    assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
+    answered = history_for("ROBIN", ["CRANE"])  # an answer is one token: 1 + 1 + 5 + 1
+    assert (
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False))
+        == 8 + 8
+    )
 
 
 # --- chat template --------------------------------------------------------------------------------
@@ -125,7 +145,7 @@ def test_template_rejects_unknown_roles():
         TOKENIZER.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
 
 
-# --- the distilled replies and the spelling drills -------------------------------------------------
+# --- the training rows and the word embeddings -------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -144,25 +164,34 @@ def test_think_text(secret, guesses, think):
     assert tiny.think_text(history_for(secret, guesses)) == think
 
 
-def test_distilled_reply_is_the_solvers_guess_in_the_parsed_form():
-    history = history_for("ROBIN", ["SOARE"])
+def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
     solver = Solver()
-    (row,) = tiny.distill_rows([{"prompt": render_prompt(history), "past_guess_history": history}], solver)
-    assert row["prompt"] == render_prompt(history)
-    assert [m["role"] for m in row["completion"]] == ["assistant"]
-    assert parse_completion(row["completion"]) == solver.next_guess(history)
-    assert row["completion"][0]["content"].startswith("<think>.O...</think><guess>")
+    rows = tiny.game_rows(300, random.Random(0), solver, training.data.train_secrets())
+    assert rows == tiny.game_rows(300, random.Random(0), solver, training.data.train_secrets())  # deterministic
+    turns = set()
+    for row in rows:
+        history = parse_history(row["prompt"][1]["content"])
+        guess = parse_completion(row["completion"])
+        turns.add(len(history))
+        assert row["completion"][0]["content"] == tiny.reply_text(history, guess)
+        if history:
+            assert guess in candidates(history).words(), (history, guess)
+        else:
+            assert guess == solver.next_guess(())
+    assert turns == set(range(6))
 
 
-def test_spelling_drills_are_runs_of_the_given_words():
-    words = ["CLINT", "CLINT", "CLINT", "SOARE"]
-    rows = tiny.drill_rows(words, 50, random.Random(0))
-    assert len(rows) == 50
-    assert all(row["prompt"] == [{"role": "user", "content": ""}] for row in rows)
-    drilled = [w for row in rows for w in re.findall(r"<guess>(\w+)</guess>", row["completion"][0]["content"])]
-    assert len(drilled) == 50 * tiny.DRILL_WORDS and set(drilled) == {"CLINT", "SOARE"}
-    assert 0.6 < drilled.count("CLINT") / len(drilled) < 0.9  # drawn by frequency
-    assert rows == tiny.drill_rows(words, 50, random.Random(0))  # deterministic in the generator
+def test_word_embeddings_start_from_their_spelling():
+    model = tiny.build_model(TOKENIZER, tiny.SCALES["ci"], seed=0)
+    embed = model.get_input_embeddings().weight
+
+    def similarity(a, b):
+        ids = TOKENIZER.convert_tokens_to_ids([a, b])
+        return torch.nn.functional.cosine_similarity(embed[ids[0]], embed[ids[1]], dim=0).item()
+
+    # Four letters in place in common against none: words that spell alike start alike.
+    assert similarity("CRANE", "CRATE") > 0.6
+    assert abs(similarity("CRANE", "MOULD")) < 0.3
 
 
 # --- a ci-scale build -----------------------------------------------------------------------------
@@ -173,7 +202,7 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
         assert (ci_model / name).is_file(), name
     info = json.loads((ci_model / "build_info.json").read_text())
     ci = tiny.SCALES["ci"]
-    assert info["scale"] == "ci" and (info["spelling_steps"], info["steps"]) == (ci.spelling_steps, ci.steps)
+    assert info["scale"] == "ci" and info["steps"] == ci.steps
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
     assert isinstance(model, Qwen2ForCausalLM) and model.config.model_type == "qwen2"
@@ -184,30 +213,32 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)
     new = output[0, prompt["input_ids"].shape[1] :]
     assert len(new) == 5 and all(0 <= t < len(tokenizer) for t in new.tolist())
-    # Six steps of training: the reply itself may be eos at once, but the batched path must run end to end.
-    replies = tiny.generate_replies(
-        model, tokenizer, [render_prompt([]), render_prompt(history_for("ROBIN", ["SOARE"]))]
-    )
-    assert len(replies) == 2 and all(isinstance(r, str) for r in replies)
+    # Six steps of training: the reply itself may be eos at once, but the full-game path must run end to end.
+    (result,) = evaluate_model(model, tokenizer, eval_secrets()[:4])
+    assert result.metrics["games"] == 4 and all(len(game.turns) >= 1 for game in result.games)
 
 
-def test_build_trains_on_training_secrets_and_scores_on_held_out_ones(tmp_path, monkeypatch):
-    calls = []
+def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, monkeypatch):
+    seen = {}
 
-    def spy(n_rows, seed, secrets=None, **kwargs):
-        rows = real_build_rows(n_rows, seed, secrets, **kwargs)
-        calls.append((tuple(secrets), {row["secret"] for row in rows}))
-        return rows
+    def spy_rows(n_rows, rng, solver, secrets):
+        seen["train"] = tuple(secrets)
+        return real_rows(n_rows, rng, solver, secrets)
 
-    real_build_rows = training.data.build_rows
-    monkeypatch.setattr(training.data, "build_rows", spy)
+    def spy_eval(model, tokenizer, secrets, **kwargs):
+        seen["eval"] = tuple(secrets)
+        return real_eval(model, tokenizer, secrets, **kwargs)
+
+    real_rows, real_eval = tiny.game_rows, evaluation.run.evaluate_model
+    monkeypatch.setattr(tiny, "game_rows", spy_rows)
+    monkeypatch.setattr(evaluation.run, "evaluate_model", spy_eval)
     out = tiny.build(tmp_path / "ci", scale="ci", seed=1)
-    (train_pool, trained_on), (eval_pool, scored_on) = calls
-    assert train_pool == training.data.train_secrets() and trained_on <= set(train_pool)
-    assert eval_pool == training.data.eval_secrets() and scored_on <= set(eval_pool)
-    assert not set(train_pool) & set(eval_pool)
+    assert seen["train"] == training.data.train_secrets()
+    assert set(seen["eval"]) <= set(training.data.eval_secrets())
+    assert not set(seen["train"]) & set(training.data.eval_secrets())
     info = json.loads((out / "build_info.json").read_text())
-    assert (info["train_states"], info["eval"]["rows"]) == (tiny.SCALES["ci"].train_rows, tiny.SCALES["ci"].eval_rows)
+    assert info["eval"]["games"] == len(seen["eval"]) == tiny.SCALES["ci"].eval_games
+    assert 0 <= info["eval"]["win_rate"] <= 1
 
 
 def test_ci_build_is_deterministic_in_its_seed(ci_model, tmp_path):
@@ -287,18 +318,16 @@ def test_shipped_model_is_small_and_built_from_training_secrets_only():
     assert info["scale"] == "full" and info["recipe_version"] == tiny.RECIPE_VERSION
     assert info["train_secrets"] == "training.data.train_secrets()"
     assert info["eval_secrets"] == "training.data.eval_secrets()"
-    assert info["eval"]["rows"] >= 200 and info["eval"]["format_reward"] >= 0.9
-    assert not info["stopped_early"] and info["build_seconds"] <= 600
+    assert info["eval"]["games"] == 300 and not info["stopped_early"]
 
 
-def test_shipped_model_replies_well_formed_on_held_out_states():
+def test_shipped_model_plays_real_games_on_held_out_secrets():
     model = AutoModelForCausalLM.from_pretrained(tiny.TINY_DIR)
     tokenizer = AutoTokenizer.from_pretrained(tiny.TINY_DIR)
     info = json.loads((tiny.TINY_DIR / "build_info.json").read_text())
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
-    # A different seed from the build's own evaluation: these states were never looked at.
-    rows = build_rows(96, seed=12345, secrets=eval_secrets())
-    replies = tiny.generate_replies(model, tokenizer, [row["prompt"] for row in rows])
-    scores = format_reward(replies)
-    assert sum(scores) / len(scores) >= 0.9
-    assert all(parse_completion(r) is not None for r in replies[:10]), replies[:10]
+    (result,) = evaluate_model(model, tokenizer, eval_secrets()[::5])  # 60 games, every fifth secret
+    metrics = result.metrics
+    # The build's own figure, on all 300 secrets, is in build_info.json; these 60 are a subset of them.
+    assert metrics["format_failure_rate"]["rate"] + metrics["nonword_rate"]["rate"] <= MAX_INVALID
+    assert metrics["win_rate"]["rate"] >= MIN_WIN_RATE

@@ -2,29 +2,33 @@
 
 No machine of ours can reach a model hub, so the project makes its own small model:
 
-- a **letter-level tokenizer**: every upper-case letter is its own token, so the model sees the
-  letters inside words (a model with one token per word formats well but can never learn to
-  play). The reply tags, the three feedback marks and the fixed prompt phrases are single
-  tokens, so a prompt with five past guesses is 113 tokens;
-- a **chat template** that drops the system message (constant rules text, a third of every
-  prompt) and ends every turn with ``<|end|>``, the eos token;
-- a **small Qwen2** (0.8M parameters) from config, so the trainer treats it exactly like a hub
-  model, LoRA on ``q_proj``/``k_proj``/``v_proj``/``o_proj`` included;
+- a **tokenizer that shows letters and picks words**: a prompt is spelled letter by letter, each
+  letter with its feedback mark as one token (``S(-)``, `` O(✓)``), so a past guess costs 12
+  tokens and the model reads every letter beside its mark. A guess of an answer is one token (an
+  answer right before ``</guess>``), so the model chooses among words instead of spelling them,
+  and cannot misspell one. Other words are spelled. The reply tags and fixed prompt phrases are
+  single tokens too;
+- a **chat template** that drops the system message (constant rules text) and ends every turn
+  with ``<|end|>``, the eos token;
+- a **small Qwen2** from config, so the trainer treats it exactly like a hub model, LoRA
+  included. An answer token's embedding starts as the sum of features of its letters at their
+  positions (tied embeddings), so the output layer scores words by their spelling;
 - a **warm start** by supervised fine-tuning (TRL's ``SFTTrainer``, loss on the completion only)
-  on the entropy solver's replies to game states of the training secrets only:
-  ``<think>.R..E</think><guess>CRANE</guess>``, the think being the letters placed so far, so a
-  reply is 15 tokens. Spelling drills (the solver's guesses, twelve to a reply) come first and
-  stay mixed in: without them most of the model's guesses were non-words.
+  on game states of the training secrets only, answered ``<think>.R..E</think><guess>CRANE</guess>``
+  (10 tokens): the solver's opener on turn 1, then a random still-possible answer; the think is
+  the letters placed so far.
 
-``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (about 6
-minutes on 2 idle CPU cores; training stops early if a busy machine would push it past 9);
-``--scale ci`` makes a throwaway one in seconds for tests.
+``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (22 minutes
+on one CPU core; training stops early if a busy machine would push it past the scale's
+``max_seconds``); ``--scale ci`` makes a throwaway one in seconds for tests. What was tried before
+this recipe, and what each try measured, is in the README.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -47,17 +51,26 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Trainer,
     TrainerCallback,
+    TrainingArguments,
 )
 
-from wordle import Solver, is_consistent, normalize_word, parse_completion, row_history
+from wordle import (
+    Solver,
+    allowed,
+    answers,
+    candidates,
+    render_prompt,
+    score_guess,
+)
 from wordle.feedback import cache_dir
 
 logger = logging.getLogger(__name__)
 
 TINY_DIR = Path(__file__).resolve().parent / "tiny_model"
 # Bump when the recipe changes, so that a model cached by ensure_tiny() under an old recipe is rebuilt.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 # The files that make a loadable model directory; ensure_tiny() trusts a directory holding all of them.
 MODEL_FILES = (
     "config.json",
@@ -73,6 +86,14 @@ SPECIAL_TOKENS = (UNK, PAD, EOS, USER, ASSISTANT)
 # Multi-character pieces that are one token each: the reply tags, the feedback marks and the fixed
 # phrases of wordle.prompts.render_user_message. Anything else is spelled a character at a time,
 # so a changed prompt still round-trips, only longer (a test pins the prompt lengths).
+# A marked letter ("S(-)", and " S(-)" with the space before it) is one token: the feedback is attached
+# to the letter it is about, and a past guess's line costs 12 tokens instead of 21.
+MARKED_LETTERS = tuple(
+    f"{space}{chr(c)}{mark}"
+    for space in ("", " ")
+    for c in range(ord("A"), ord("Z") + 1)
+    for mark in ("(✓)", "(~)", "(-)")
+)
 PIECES = (
     "<think>",
     "</think>",
@@ -81,12 +102,19 @@ PIECES = (
     "(✓)",
     "(~)",
     "(-)",
+    *MARKED_LETTERS,
     "Guess ",
     " of ",
     ". Your guesses so far:",
     ". No guesses yet.",
     ": ",
 )
+# Every answer is also one token when it is guessed: the model picks a word in one step, as a choice
+# among answers, and cannot misspell it. Its letters are still in view: an answer's embedding starts as
+# the sum of letter-at-position features (build_model), and past guesses reach the prompt as marked
+# letters. Other allowed words (the SOARE opener among them) are spelled a letter at a time.
+WORDS = answers()
+_WORD_SET = frozenset(WORDS)
 # Printable ASCII (so A-Z are single tokens, and any reply a model writes in ASCII round-trips),
 # the whitespace the renderer uses, and the marks of wordle.prompts' notations.
 CHARACTERS = (*(chr(c) for c in range(32, 127)), "\n", "\t", "✓", "✔")
@@ -131,10 +159,7 @@ class Scale:
     the build has run that long (recorded in build_info.json); otherwise a build is deterministic
     in its seed."""
 
-    train_rows: int  # game states (training.data.build_rows over the training secrets)
-    spelling_steps: int  # phase 1: spelling drills alone
-    steps: int  # phase 2: the game states' replies, with drills mixed in
-    drill_fraction: float  # phase 2's drill rows per game row
+    steps: int  # one pass over steps * batch_size fresh game states
     batch_size: int
     learning_rate: float
     hidden_size: int
@@ -142,31 +167,25 @@ class Scale:
     num_layers: int
     num_heads: int
     num_kv_heads: int
-    eval_rows: int
+    eval_games: int  # full games on held-out secrets after the build
     max_seconds: float
 
 
 SCALES: dict[str, Scale] = {
     "full": Scale(
-        train_rows=2000,
-        spelling_steps=300,
-        steps=1800,
-        drill_fraction=0.5,
-        batch_size=32,
-        learning_rate=3e-3,
-        hidden_size=128,
-        intermediate_size=384,
+        steps=1200,
+        batch_size=64,
+        learning_rate=2e-3,
+        hidden_size=256,
+        intermediate_size=768,
         num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        eval_rows=200,
-        max_seconds=480.0,
+        num_heads=8,
+        num_kv_heads=4,
+        eval_games=300,
+        max_seconds=1800.0,
     ),
     "ci": Scale(
-        train_rows=32,
-        spelling_steps=2,
-        steps=4,
-        drill_fraction=0.5,
+        steps=6,
         batch_size=8,
         learning_rate=3e-3,
         hidden_size=32,
@@ -174,13 +193,10 @@ SCALES: dict[str, Scale] = {
         num_layers=1,
         num_heads=2,
         num_kv_heads=1,
-        eval_rows=8,
+        eval_games=8,
         max_seconds=60.0,
     ),
 }
-
-# Words per spelling drill: a drill row costs about as much compute as a game row.
-DRILL_WORDS = 12
 
 
 # --- tokenizer ------------------------------------------------------------------------------------
@@ -193,8 +209,12 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     of ``PIECES`` or else one character, and the decoder joins tokens back without separators, so
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     """
-    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS))}
+    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS))}
     pieces = "|".join(re.escape(p) for p in sorted(PIECES, key=len, reverse=True))
+    # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
+    # so the model reads its letters next to their marks and is not primed to repeat the word.
+    words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
+    pieces = f"{words}|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
     backend.decoder = decoders.Fuse()
@@ -242,6 +262,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    _spell_word_embeddings(model, tokenizer)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -251,7 +272,20 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
     return model
 
 
-# --- distilled replies ----------------------------------------------------------------------------
+@torch.no_grad()
+def _spell_word_embeddings(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast) -> None:
+    """Start each answer token's embedding as the sum of random features of its five letters at their
+    positions, scaled to the init's spread. Embeddings are tied, so the output layer scores a word by
+    how its letters fit what the hidden state asks for (R second, no S, an A somewhere): a word the
+    model rarely saw as a target still scores by its spelling, not by noise."""
+    embeddings = model.get_input_embeddings().weight
+    features = torch.randn(5, 26, embeddings.shape[1]) * embeddings.std()
+    ids = tokenizer.convert_tokens_to_ids(list(WORDS))
+    letters = torch.tensor([[ord(c) - ord("A") for c in w] for w in WORDS])
+    embeddings[ids] = features[torch.arange(5), letters].sum(dim=1) / 5**0.5
+
+
+# --- training rows --------------------------------------------------------------------------------
 
 
 def think_text(history: Sequence[tuple[str, str]]) -> str:
@@ -273,92 +307,55 @@ def reply_text(history: Sequence[tuple[str, str]], guess: str) -> str:
     return f"<think>{think_text(history)}</think><guess>{guess}</guess>"
 
 
-def distill_rows(rows: Sequence[dict[str, Any]], solver: Solver) -> list[dict[str, Any]]:
-    """Prompt-completion conversational rows: each game state with the solver's reply to it."""
-    out = []
-    for i, row in enumerate(rows):
-        history = row_history(i, row["past_guess_history"])
-        reply = reply_text(history, solver.next_guess(history))
-        out.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": reply}]})
-    return out
+# Past guesses per state: the decisions of turns 2-4 are where games are won, so they dominate.
+TURN_WEIGHTS = (0.08, 0.32, 0.30, 0.18, 0.08, 0.04)
 
 
-def drill_rows(words: Sequence[str], n_rows: int, rng: random.Random) -> list[dict[str, Any]]:
-    """Spelling drills: a user turn with no text, answered by ``DRILL_WORDS`` guesses in a row
-    (``<guess>CLINT</guess><guess>SOARE</guess>…``), drawn with replacement from ``words``.
+def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tuple[str, str]]:
+    """A history the model will meet: mostly its own kind of play (the solver's opener, then
+    still-possible answers), with solver and random-word guesses mixed in so that it also reads
+    states it would not have made. Stops before a guess that would win."""
+    n_past = rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0]
+    history: list[tuple[str, str]] = []
+    while len(history) < n_past:
+        draw = rng.random()
+        if not history:
+            guess = solver.next_guess(history) if draw < 0.8 else rng.choice(allowed())
+        elif draw < 0.7:
+            guess = rng.choice(candidates(history).words())
+        elif draw < 0.85 and len(history) == 1:  # memoised; later solver choices cost milliseconds each
+            guess = solver.next_guess(history)
+        else:
+            guess = rng.choice(allowed())
+        if guess == secret:
+            break
+        history.append((guess, score_guess(guess, secret)))
+    return history
 
-    Letter-level spelling is what a model this small fails at: trained on the game states alone,
-    most of its guesses on held-out states were non-words mixing the letters of several solver
-    guesses (format_reward 0.68-0.79 greedy, about 0.6 sampled, over eight probes). Drilling the
-    solver's own guesses, frequent ones most, first alone and then mixed in, raised it to 0.981
-    greedy and 0.918 sampled (the shipped build), and the model still picks among 100+ different words.
+
+def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence[str]) -> list[dict[str, Any]]:
+    """Prompt-completion rows: a game state of a training secret, answered with the solver's opener
+    on turn 1 and afterwards with a *random* still-possible answer; ``candidates`` lists every
+    answer the guess could have been (the opener alone on turn 1), for the soft target of :func:`_train`.
+
+    A random candidate rather than the solver's choice: the solver's later guesses (the most
+    informative of 12972 words, often impossible ones) are a function this model cannot learn (it
+    matched them on 29% of turn-2 states and almost never later), while "some word that fits" is,
+    and every such guess can win. Sampling then spreads over the candidates, which is what gives
+    GRPO different rewards within a group to learn from.
     """
-    return [
-        {
-            "prompt": [{"role": "user", "content": ""}],
-            "completion": [
-                {
-                    "role": "assistant",
-                    "content": "".join(f"<guess>{w}</guess>" for w in rng.choices(words, k=DRILL_WORDS)),
-                }
-            ],
-        }
-        for _ in range(n_rows)
-    ]
-
-
-# --- evaluation -----------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def generate_replies(
-    model: PreTrainedModel,
-    tokenizer: Any,
-    prompts: Sequence[list[dict[str, str]]],
-    sample: bool = False,
-    batch_size: int = 64,
-) -> list[str]:
-    """Replies to chat prompts, greedy or sampled at temperature 1 as GRPO samples them, decoded as
-    the GRPO trainer decodes them (special tokens dropped). Sampling draws from torch's global RNG."""
-    model.eval()
-    # The whole distribution at temperature 1, as GRPO samples it (GenerationConfig's default top_k is 50).
-    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if sample else {"do_sample": False}
-    replies: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        texts = tokenizer.apply_chat_template(
-            list(prompts[start : start + batch_size]), add_generation_prompt=True, tokenize=False
+    rows = []
+    for _ in range(n_rows):
+        history = practice_history(rng.choice(secrets), rng, solver)
+        targets = [solver.next_guess(history)] if not history else candidates(history).words()
+        rows.append(
+            {
+                "prompt": render_prompt(history),
+                "completion": [{"role": "assistant", "content": reply_text(history, rng.choice(targets))}],
+                "candidates": targets,
+            }
         )
-        # Left padding, so that every row's prompt ends where generation starts.
-        batch = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
-        output = model.generate(**batch, **sampling)  # max_new_tokens: the model's generation_config
-        new_tokens = output[:, batch["input_ids"].shape[1] :]
-        replies.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
-    return replies
-
-
-def evaluate(
-    model: PreTrainedModel, tokenizer: Any, rows: Sequence[dict[str, Any]], solver: Solver
-) -> dict[str, float]:
-    """Greedy play on game states: the mean format_reward, and how often the guess is the solver's,
-    is consistent with the history, and how often the think is exactly :func:`think_text`; and
-    the mean format_reward of replies sampled at temperature 1, as GRPO's rollouts are."""
-    from rewards import format_reward  # the reward is the evaluation
-
-    prompts = [row["prompt"] for row in rows]
-    replies = generate_replies(model, tokenizer, prompts)
-    torch.manual_seed(0)
-    sampled = generate_replies(model, tokenizer, prompts, sample=True)
-    histories = [row_history(i, row["past_guess_history"]) for i, row in enumerate(rows)]
-    guesses = [normalize_word(parse_completion(r)) for r in replies]
-    n = len(rows)
-    return {
-        "format_reward": sum(format_reward(replies)) / n,
-        "format_reward_sampled": sum(format_reward(sampled)) / n,
-        "solver_agreement": sum(g == solver.next_guess(h) for g, h in zip(guesses, histories)) / n,
-        "consistent": sum(g is not None and is_consistent(g, h) for g, h in zip(guesses, histories)) / n,
-        "think_exact": sum(r.startswith(f"<think>{think_text(h)}</think>") for r, h in zip(replies, histories)) / n,
-        "rows": n,
-    }
+    return rows
 
 
 # --- build ----------------------------------------------------------------------------------------
@@ -378,6 +375,72 @@ class _WallClock(TrainerCallback):
         return control
 
 
+def _encode(tokenizer: PreTrainedTokenizerFast, rows: Sequence[dict[str, Any]]) -> datasets.Dataset:
+    """Token ids of prompt + reply, labels on the reply only, and for a reply whose guess is one answer
+    token: that token's position and the ids of every candidate answer (the soft target)."""
+    prompts = tokenizer.apply_chat_template([r["prompt"] for r in rows], add_generation_prompt=True, tokenize=False)
+    replies = [parse_completion_text(r) + tokenizer.eos_token for r in rows]
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    reply_ids = tokenizer(replies, add_special_tokens=False)["input_ids"]
+    guess_open = tokenizer.convert_tokens_to_ids("<guess>")
+    encoded: dict[str, list] = {"input_ids": [], "labels": [], "word_pos": [], "candidates": []}
+    for row, p_ids, r_ids in zip(rows, prompt_ids, reply_ids):
+        labels = [-100] * len(p_ids) + list(r_ids)
+        word_pos, cands = -1, []
+        at = r_ids.index(guess_open) + 1 if guess_open in r_ids else -1
+        if 0 < at < len(r_ids) and tokenizer.convert_ids_to_tokens(r_ids[at]) in _WORD_SET:
+            word_pos = len(p_ids) + at
+            labels[word_pos] = -100  # scored against every candidate instead
+            cands = tokenizer.convert_tokens_to_ids(list(row["candidates"]))
+        encoded["input_ids"].append(list(p_ids) + list(r_ids))
+        encoded["labels"].append(labels)
+        encoded["word_pos"].append(word_pos)
+        encoded["candidates"].append(cands)
+    return datasets.Dataset.from_dict(encoded)
+
+
+def parse_completion_text(row: dict[str, Any]) -> str:
+    return row["completion"][0]["content"]
+
+
+def _collate(features: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(f["input_ids"]) for f in features)
+    k = max(1, max(len(f["candidates"]) for f in features))
+
+    def pad(values: list, length: int, fill: int) -> list:
+        return list(values) + [fill] * (length - len(values))
+
+    return {
+        "input_ids": torch.tensor([pad(f["input_ids"], width, pad_id) for f in features]),
+        "attention_mask": torch.tensor([pad([1] * len(f["input_ids"]), width, 0) for f in features]),
+        "labels": torch.tensor([pad(f["labels"], width, -100) for f in features]),
+        "word_pos": torch.tensor([f["word_pos"] for f in features]),
+        "candidates": torch.tensor([pad(f["candidates"], k, -1) for f in features]),
+    }
+
+
+class _SoftTargetTrainer(Trainer):
+    """Cross-entropy on the reply's tokens, except that the guessed answer is scored against the
+    uniform distribution over *all* candidate answers of the state rather than the one sampled:
+    every row then teaches the whole set of words that fit (no previous guess among them), where a
+    sampled target teaches one, noisily. Measured: see the README's table of tries."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        word_pos, cands, labels = inputs.pop("word_pos"), inputs.pop("candidates"), inputs.pop("labels")
+        outputs = model(**inputs)
+        logp = outputs.logits[:, :-1].float().log_softmax(-1)
+        targets = labels[:, 1:]
+        mask = targets != -100
+        token_nll = -logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[mask]
+        rows = (word_pos > 0).nonzero().squeeze(-1)
+        word_logp = logp[rows, word_pos[rows] - 1]  # the distribution the answer token is drawn from
+        listed = cands[rows]
+        valid = listed >= 0
+        soft = -(word_logp.gather(-1, listed.clamp(min=0)) * valid).sum(-1) / valid.sum(-1).clamp(min=1)
+        loss = (token_nll.sum() + soft.sum()) / (mask.sum() + len(rows)).clamp(min=1)
+        return (loss, outputs) if return_outputs else loss
+
+
 def _train(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
@@ -388,11 +451,9 @@ def _train(
     clock: _WallClock,
     scratch: str,
 ) -> tuple[int, float]:
-    """``steps`` steps of TRL's SFT on prompt-completion rows, loss on the completion only; returns
-    the steps taken and the mean training loss."""
-    from trl import SFTConfig, SFTTrainer
-
-    config = SFTConfig(
+    """``steps`` steps of supervised training on the replies (see :class:`_SoftTargetTrainer`);
+    returns the steps taken and the mean training loss."""
+    config = TrainingArguments(
         output_dir=scratch,
         max_steps=steps,
         per_device_train_batch_size=spec.batch_size,
@@ -400,12 +461,8 @@ def _train(
         lr_scheduler_type="cosine",
         warmup_steps=min(100, steps // 10),
         weight_decay=0.01,
-        max_length=tokenizer.model_max_length,
-        completion_only_loss=True,
-        activation_checkpointing=False,  # TRL's default is on; nothing to save at this size
-        train_sampling_strategy="group_by_length",  # prompts run from 8 to 113 tokens: batch like with like
-        bf16=False,
-        fp16=False,
+        train_sampling_strategy="group_by_length",  # prompts run from 8 to 68 tokens: batch like with like
+        remove_unused_columns=False,
         use_cpu=True,
         seed=seed,
         data_seed=seed,
@@ -415,8 +472,13 @@ def _train(
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    dataset = datasets.Dataset.from_list(rows)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+    trainer = _SoftTargetTrainer(
+        model=model,
+        args=config,
+        train_dataset=_encode(tokenizer, rows),
+        data_collator=functools.partial(_collate, pad_id=tokenizer.pad_token_id),
+        callbacks=[clock],
+    )
     result = trainer.train()
     return trainer.state.global_step, result.training_loss
 
@@ -427,7 +489,8 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     Every training row comes from game states of ``training.data.train_secrets()``; the scores in
     build_info.json are measured on game states of the held-out ``eval_secrets()``.
     """
-    from training.data import build_rows, eval_secrets, train_secrets
+    from evaluation.run import evaluate_model, select_secrets
+    from training.data import train_secrets
 
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
@@ -442,32 +505,25 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
 
-    game = distill_rows(build_rows(spec.train_rows, seed, train_secrets(), solver=solver), solver)
-    guesses = [parse_completion(row["completion"]) for row in game]
-    logger.info(
-        "distilled the solver's replies to %d training states (%d different guesses) in %.0f s",
-        len(game),
-        len(set(guesses)),
-        time.monotonic() - started,
-    )
-    drills = drill_rows(guesses, spec.spelling_steps * spec.batch_size, rng)
-    mixed = game + drill_rows(guesses, round(len(game) * spec.drill_fraction), rng)
+    # One pass over fresh rows: data is cheap here, compute is not.
+    rows = game_rows(spec.steps * spec.batch_size, rng, solver, train_secrets())
+    logger.info("built %d game states in %.0f s", len(rows), time.monotonic() - started)
 
     clock = _WallClock(started + spec.max_seconds)
     with tempfile.TemporaryDirectory(prefix="tiny-sft-") as scratch:
-        spelling_steps, spelling_loss = _train(
-            model, tokenizer, drills, spec.spelling_steps, spec, seed, clock, scratch
-        )
-        logger.info("spelling phase: %d steps, mean loss %.3f", spelling_steps, spelling_loss)
-        steps, loss = _train(model, tokenizer, mixed, spec.steps, spec, seed, clock, scratch)
-        logger.info("game phase: %d steps, mean loss %.3f", steps, loss)
+        steps, loss = _train(model, tokenizer, rows, spec.steps, spec, seed, clock, scratch)
+    logger.info("trained %d steps, mean loss %.3f", steps, loss)
     if clock.stopped_early:
         logger.warning("training stopped early: the build's %.0f s budget ran out", spec.max_seconds)
     train_seconds = time.monotonic() - started
 
-    eval_rows = build_rows(spec.eval_rows, seed, eval_secrets(), solver=solver)
-    scores = evaluate(model, tokenizer, eval_rows, solver)
-    logger.info("held-out play: %s", scores)
+    model.eval()
+    (result,) = evaluate_model(model, tokenizer, select_secrets(spec.eval_games))
+    m = result.metrics
+    scores = {"games": m["games"], "mean_guesses_won": m["mean_guesses_won"]["mean"]} | {
+        key: m[key]["rate"] for key in ("win_rate", "format_failure_rate", "nonword_rate", "inconsistent_rate")
+    }
+    logger.info("held-out games: %s", scores)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -479,15 +535,11 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "train_secrets": "training.data.train_secrets()",
-        "train_states": len(game),
-        "solver_guesses": len(set(guesses)),
-        "spelling_drills": len(drills),
-        "mixed_drills": len(mixed) - len(game),
-        "spelling_steps": spelling_steps,
+        "train_states": len(rows),
         "steps": steps,
-        "max_steps": [spec.spelling_steps, spec.steps],
+        "max_steps": spec.steps,
         "stopped_early": clock.stopped_early,
-        "mean_train_loss": [round(spelling_loss, 4), round(loss, 4)],
+        "mean_train_loss": round(loss, 4),
         "eval_secrets": "training.data.eval_secrets()",
         "eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in scores.items()},
         "train_seconds": round(train_seconds, 1),
@@ -514,7 +566,7 @@ def ensure_tiny() -> Path:
     target = cache_dir() / f"tiny_model-v{RECIPE_VERSION}"
     if _is_model_dir(target):
         return target
-    logger.warning("%s is missing its model files; building the tiny model into %s (a few minutes)", TINY_DIR, target)
+    logger.warning("%s is missing its model files; building the tiny model into %s (about 20 minutes)", TINY_DIR, target)
     # Build beside the target and rename, so an interrupted build never leaves a half-written model.
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tiny-build-") as scratch:

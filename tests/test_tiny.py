@@ -72,7 +72,8 @@ def test_system_prompt_round_trips():
 
 def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
-    assert TOKENIZER.tokenize("CRANE") == ["CRANE"]  # an answer: one token
+    assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
+    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", ": ", "C(-)"]  # in a history: spelled
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -86,7 +87,7 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
         "</guess>",
     ]
     assert TOKENIZER.tokenize("SOARE: S(✓) O(~) A(-)") == [*"SOARE", ": ", "S(✓)", " O(~)", " A(-)"]
-    assert TOKENIZER.tokenize("crane") == list("crane")  # answers are upper case only
+    assert TOKENIZER.tokenize("crane</guess>") == [*"crane", "</guess>"]  # answers are upper case only
 
 
 @pytest.mark.parametrize("text", ["é", "CRANÉ 😀", "<think>日本</think>", "\x00\u200b"])
@@ -105,10 +106,9 @@ def test_prompts_are_short():
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
     assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
-    answered = history_for("ROBIN", ["CRANE"])  # an answer is one token: 1 + 1 + 5 + 1
+    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too
     assert (
-        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False))
-        == 8 + 8
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
     )
 
 

@@ -24,14 +24,16 @@ from wordle import (
     answers,
     candidates,
     history_for,
+    is_consistent,
     parse_completion,
     parse_history,
     render_prompt,
 )
 
 TOKENIZER = tiny.build_tokenizer()
-# What the shipped model must keep doing on 60 held-out games (it measured WIN and INVALID when shipped).
-MIN_WIN_RATE, MAX_INVALID = 0.0, 0.05
+# What the shipped model must keep doing on 60 held-out games. When shipped it measured: no invalid
+# reply, and every turn-2 guess consistent with the opener's feedback (298 of 300 on all 300 secrets).
+MAX_INVALID, MIN_TURN2_CONSISTENT = 0.02, 0.9
 VOCAB_TEXT = st.text(alphabet=st.sampled_from(tiny.CHARACTERS), max_size=200)
 HISTORIES = st.builds(history_for, st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5))
 
@@ -330,4 +332,8 @@ def test_shipped_model_plays_real_games_on_held_out_secrets():
     metrics = result.metrics
     # The build's own figure, on all 300 secrets, is in build_info.json; these 60 are a subset of them.
     assert metrics["format_failure_rate"]["rate"] + metrics["nonword_rate"]["rate"] <= MAX_INVALID
-    assert metrics["win_rate"]["rate"] >= MIN_WIN_RATE
+    # Its skill is reading the first feedback: the guess after the opener fits it. (It does not yet
+    # compose a second line's feedback, so it rarely wins; see the README's table of tries.)
+    second = [(g.turns[0], g.turns[1]) for g in result.games if len(g.turns) > 1]
+    fits = sum(t.status == "valid" and is_consistent(t.guess, [(o.guess, o.pattern)]) for o, t in second)
+    assert len(second) == 60 and fits / len(second) >= MIN_TURN2_CONSISTENT

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -257,8 +258,15 @@ def plot_reward_curves(source: str | Path | Sequence[dict[str, Any]], path: str 
     rows = -(-len(keys) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
-        points = [(h["step"], h[key]) for h in history if key in h]
-        ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=1)
+        steps, values = zip(*[(h["step"], h[key]) for h in history if key in h])
+        ax.plot(steps, values, linewidth=0.5, alpha=0.3, color="tab:blue")
+        # Each logged step is one group of completions, so the raw curve is mostly noise: the trend
+        # is the moving average over about a fiftieth of the run.
+        window = max(1, len(values) // 50)
+        if window > 1:
+            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+            ax.plot(steps[window - 1 :], smooth, linewidth=1.5, color="tab:blue", label=f"mean of {window} logs")
+            ax.legend(loc="lower right", fontsize=7)
         ax.set_title(key.removeprefix("rewards/").removesuffix("/mean") if key != "reward" else "total (weighted)")
         ax.set_xlabel("step")
     for ax in list(axes.flat)[len(keys) :]:

@@ -13,10 +13,10 @@ No machine of ours can reach a model hub, so the project makes its own small mod
 - a **small Qwen2** from config, so the trainer treats it exactly like a hub model, LoRA
   included. An answer token's embedding starts as the sum of features of its letters at their
   positions (tied embeddings), so the output layer scores words by their spelling;
-- a **warm start** by supervised fine-tuning (TRL's ``SFTTrainer``, loss on the completion only)
-  on game states of the training secrets only, answered ``<think>.R..E</think><guess>CRANE</guess>``
-  (10 tokens): the solver's opener on turn 1, then a random still-possible answer; the think is
-  the letters placed so far.
+- a **warm start** by supervised training (a transformers ``Trainer``) on game states of the
+  training secrets only, answered ``<think>.R..E</think><guess>CRANE</guess>`` (10 tokens; the
+  think is the letters placed so far): the solver's opener on turn 1, afterwards the answer token
+  scored against every still-possible answer at once (a soft target).
 
 ``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (22 minutes
 on one CPU core; training stops early if a busy machine would push it past the scale's
@@ -379,7 +379,7 @@ def _encode(tokenizer: PreTrainedTokenizerFast, rows: Sequence[dict[str, Any]]) 
     """Token ids of prompt + reply, labels on the reply only, and for a reply whose guess is one answer
     token: that token's position and the ids of every candidate answer (the soft target)."""
     prompts = tokenizer.apply_chat_template([r["prompt"] for r in rows], add_generation_prompt=True, tokenize=False)
-    replies = [parse_completion_text(r) + tokenizer.eos_token for r in rows]
+    replies = [r["completion"][0]["content"] + tokenizer.eos_token for r in rows]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     reply_ids = tokenizer(replies, add_special_tokens=False)["input_ids"]
     guess_open = tokenizer.convert_tokens_to_ids("<guess>")
@@ -397,10 +397,6 @@ def _encode(tokenizer: PreTrainedTokenizerFast, rows: Sequence[dict[str, Any]]) 
         encoded["word_pos"].append(word_pos)
         encoded["candidates"].append(cands)
     return datasets.Dataset.from_dict(encoded)
-
-
-def parse_completion_text(row: dict[str, Any]) -> str:
-    return row["completion"][0]["content"]
 
 
 def _collate(features: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -566,7 +562,9 @@ def ensure_tiny() -> Path:
     target = cache_dir() / f"tiny_model-v{RECIPE_VERSION}"
     if _is_model_dir(target):
         return target
-    logger.warning("%s is missing its model files; building the tiny model into %s (about 20 minutes)", TINY_DIR, target)
+    logger.warning(
+        "%s is missing its model files; building the tiny model into %s (about 20 minutes)", TINY_DIR, target
+    )
     # Build beside the target and rename, so an interrupted build never leaves a half-written model.
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tiny-build-") as scratch:

@@ -166,10 +166,8 @@ class SolverPlayer:
         return [format_reply(self.solver.next_guess(v.history), "entropy") for v in views]
 
 
-class RandomCandidatePlayer:
-    """A uniformly random answer still consistent with the feedback: consistent but unplanned play."""
-
-    name = "random candidate"
+class _SeededPlayer:
+    """A player drawing from its own generator, reseeded at the start of every :func:`play`."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -177,22 +175,21 @@ class RandomCandidatePlayer:
 
     def start(self) -> None:
         self.rng = random.Random(self.seed)
+
+
+class RandomCandidatePlayer(_SeededPlayer):
+    """A uniformly random answer still consistent with the feedback: consistent but unplanned play."""
+
+    name = "random candidate"
 
     def replies(self, views: Sequence[GameView]) -> list[str]:
         return [format_reply(self.rng.choice(candidates(v.history).words()), "random candidate") for v in views]
 
 
-class RandomAllowedPlayer:
+class RandomAllowedPlayer(_SeededPlayer):
     """A uniformly random allowed word, ignoring feedback: the floor."""
 
     name = "random allowed"
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
-        self.start()
-
-    def start(self) -> None:
-        self.rng = random.Random(self.seed)
 
     def replies(self, views: Sequence[GameView]) -> list[str]:
         words = allowed()

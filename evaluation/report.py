@@ -201,6 +201,15 @@ def read_json(path: str | Path) -> tuple[dict[str, Any], list[PlayerResult]]:
 # --- plots ----------------------------------------------------------------------------------------
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _pyplot():
     import matplotlib
 
@@ -225,12 +234,7 @@ def plot_guess_histogram(results: Sequence[PlayerResult], path: str | Path) -> P
     ax.set_ylabel("share of games")
     ax.set_title(f"Guess counts over {results[0].metrics['games'] if results else 0} games")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def load_log_history(source: str | Path | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -271,9 +275,4 @@ def plot_reward_curves(source: str | Path | Sequence[dict[str, Any]], path: str 
         ax.set_xlabel("step")
     for ax in list(axes.flat)[len(keys) :]:
         ax.set_visible(False)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)

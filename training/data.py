@@ -12,7 +12,7 @@ import functools
 import hashlib
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,22 @@ def play_state(secret: str, n_past: int, rng: random.Random, solver: Solver, exp
     that histories include the imperfect play a policy produces. A guess that would win ends
     the history early: the state before it is kept.
     """
+
+    def choose(history: list[tuple[str, str]]) -> str:
+        if rng.random() >= explore:
+            return solver.next_guess(history)
+        if rng.random() < 0.5:
+            return rng.choice(candidates(history).words())
+        return rng.choice(allowed())
+
+    return play_guesses(secret, n_past, choose)
+
+
+def play_guesses(secret: str, n_past: int, choose: Callable[[list[tuple[str, str]]], str]) -> list[tuple[str, str]]:
+    """Up to ``n_past`` guesses ``choose(history)`` against ``secret``, stopping before one that would win."""
     history: list[tuple[str, str]] = []
     while len(history) < n_past:
-        if rng.random() >= explore:
-            guess = solver.next_guess(history)
-        elif rng.random() < 0.5:
-            guess = rng.choice(candidates(history).words())
-        else:
-            guess = rng.choice(allowed())
+        guess = choose(history)
         if guess == secret:
             break
         history.append((guess, score_guess(guess, secret)))

@@ -56,13 +56,13 @@ from transformers import (
     TrainingArguments,
 )
 
+from training.data import play_guesses, train_secrets
 from wordle import (
     Solver,
     allowed,
     answers,
     candidates,
     render_prompt,
-    score_guess,
 )
 from wordle.feedback import cache_dir
 
@@ -315,22 +315,18 @@ def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tu
     """A history the model will meet: mostly its own kind of play (the solver's opener, then
     still-possible answers), with solver and random-word guesses mixed in so that it also reads
     states it would not have made. Stops before a guess that would win."""
-    n_past = rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0]
-    history: list[tuple[str, str]] = []
-    while len(history) < n_past:
+
+    def choose(history: list[tuple[str, str]]) -> str:
         draw = rng.random()
         if not history:
-            guess = solver.next_guess(history) if draw < 0.8 else rng.choice(allowed())
-        elif draw < 0.7:
-            guess = rng.choice(candidates(history).words())
-        elif draw < 0.85 and len(history) == 1:  # memoised; later solver choices cost milliseconds each
-            guess = solver.next_guess(history)
-        else:
-            guess = rng.choice(allowed())
-        if guess == secret:
-            break
-        history.append((guess, score_guess(guess, secret)))
-    return history
+            return solver.next_guess(history) if draw < 0.8 else rng.choice(allowed())
+        if draw < 0.7:
+            return rng.choice(candidates(history).words())
+        if draw < 0.85 and len(history) == 1:  # memoised; later solver choices cost milliseconds each
+            return solver.next_guess(history)
+        return rng.choice(allowed())
+
+    return play_guesses(secret, rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0], choose)
 
 
 def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence[str]) -> list[dict[str, Any]]:
@@ -486,7 +482,6 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     build_info.json are measured on game states of the held-out ``eval_secrets()``.
     """
     from evaluation.run import evaluate_model, select_secrets
-    from training.data import train_secrets
 
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")

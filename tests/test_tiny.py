@@ -1,5 +1,6 @@
 """The embedded tiny model: tokenizer, chat template, a ci-scale build, and the shipped artefact."""
 
+import dataclasses
 import json
 import os
 import random
@@ -90,6 +91,28 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
     ]
     assert TOKENIZER.tokenize("SOARE: S(✓) O(~) A(-)") == [*"SOARE", ": ", "S(✓)", " O(~)", " A(-)"]
     assert TOKENIZER.tokenize("crane</guess>") == [*"crane", "</guess>"]  # answers are upper case only
+
+
+UNTAGGED = tiny.build_tokenizer(column_tags=False)
+
+
+def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
+    lines = "SOARE: S(-) O(~) A(✓) R(-) E(-)\nPANEL: P(-) A(~) N(-) E(✓) L(-)"
+    tokens = TOKENIZER.tokenize(lines)
+    assert tokens[6:11] == ["S(-)₁", " O(~)₂", " A(✓)₃", " R(-)₄", " E(-)₅"]
+    assert tokens[-5:] == ["P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
+    assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == lines  # the tags are not text
+    assert UNTAGGED.tokenize(lines)[6:11] == ["S(-)", " O(~)", " A(✓)", " R(-)", " E(-)"]  # recipe 3's tokenizer
+    # Only whole lines of five marks after "WORD: " are tagged: a fragment or a sixth mark is not a guess's feedback.
+    for text in ("S(-) O(~) A(✓) R(-) E(-)", "SOARES: S(-) O(~) A(✓) R(-) E(-) S(-)", "SOA: S(-) O(~) A(✓)"):
+        assert not any(tag in token for token in TOKENIZER.tokenize(text) for tag in tiny.COLUMN_TAGS), text
+
+
+@settings(max_examples=100, deadline=None)
+@given(HISTORIES, VOCAB_TEXT)
+def test_column_tagged_prompts_round_trip(history, text):
+    assert round_trips(TOKENIZER, user_message(history))
+    assert round_trips(TOKENIZER, text)
 
 
 @pytest.mark.parametrize("text", ["é", "CRANÉ 😀", "<think>日本</think>", "\x00\u200b"])
@@ -183,20 +206,28 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
     assert turns == set(range(6))
 
 
-def test_word_embeddings_start_from_their_spelling():
-    model = tiny.build_model(TOKENIZER, tiny.SCALES["ci"], seed=0)
-    embed = model.get_input_embeddings().weight
-
-    def similarity(a, b):
-        ids = TOKENIZER.convert_tokens_to_ids([a, b])
-        return torch.nn.functional.cosine_similarity(embed[ids[0]], embed[ids[1]], dim=0).item()
-
-    # Four letters in place in common against none: words that spell alike start alike.
-    assert similarity("CRANE", "CRATE") > 0.6
-    assert abs(similarity("CRANE", "MOULD")) < 0.3
-
-
-# --- a ci-scale build -----------------------------------------------------------------------------
+def test_wiring_makes_layer_zero_compute_the_guess_bag():
+    # Before any training the model's answer logits are the bag's: the mean over the prefix of each
+    # token's row. A rank-16 bag survives the SVD (hidden 64) exactly; the MLP's small random output
+    # is the only noise.
+    spec = dataclasses.replace(tiny.SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
+    model = tiny.build_model(TOKENIZER, spec, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(16, len(tiny.WORDS), generator=generator)
+    encoded = tiny._encode(TOKENIZER, tiny.game_rows(40, random.Random(0), Solver(), training.data.train_secrets()))
+    word_ids = TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS))
+    tiny._wire_guess_bag(model, matrix, word_ids, encoded)
+    states = [i for i, pos in enumerate(encoded["word_pos"]) if pos > 0]
+    assert len(states) > 20
+    with torch.no_grad():
+        for i in states:
+            prefix = encoded["input_ids"][i][: encoded["word_pos"][i]]
+            logits = model(torch.tensor([prefix])).logits[0, -1, word_ids]
+            bag = matrix[prefix].mean(0)
+            assert torch.corrcoef(torch.stack([logits, bag]))[0, 1] > 0.98
+            assert bag[logits.argmax()] >= bag.topk(10).values[-1]  # its top answer is among the bag's ten
+    with pytest.raises(ValueError, match="one key/value head per attention head"):
+        tiny._wire_guess_bag(tiny.build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
 
 
 def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):

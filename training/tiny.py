@@ -22,7 +22,7 @@ No machine of ours can reach a model hub, so the project makes its own small mod
   still-possible answer at once (a soft target). It teaches the reply's format and refines the
   wired guess.
 
-``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (BUILD_MINUTES minutes
+``python -m training.tiny --out training/tiny_model`` rebuilds the shipped artefact (21 minutes
 on one CPU core; training stops early if a busy machine would push it past the scale's
 ``max_seconds``); ``--scale ci`` makes a throwaway one in seconds for tests. What was tried before
 this recipe, and what each try measured, is in the README.

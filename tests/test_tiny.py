@@ -32,9 +32,10 @@ from wordle import (
 )
 
 TOKENIZER = tiny.build_tokenizer()
-# What the shipped model must keep doing on 60 held-out games. When shipped it measured: no invalid
-# reply, and every turn-2 guess consistent with the opener's feedback (298 of 300 on all 300 secrets).
-MAX_INVALID, MIN_TURN2_CONSISTENT = 0.02, 0.9
+# What the shipped model must keep doing on 60 held-out games. When shipped it measured on these 60:
+# 22 wins (36.7%; random allowed words win none), 2.2% invalid replies, every turn-2 guess consistent
+# with the opener's feedback.
+MIN_WIN_RATE, MAX_INVALID, MIN_TURN2_CONSISTENT = 0.2, 0.05, 0.9
 VOCAB_TEXT = st.text(alphabet=st.sampled_from(tiny.CHARACTERS), max_size=200)
 HISTORIES = st.builds(history_for, st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5))
 
@@ -363,8 +364,8 @@ def test_shipped_model_plays_real_games_on_held_out_secrets():
     metrics = result.metrics
     # The build's own figure, on all 300 secrets, is in build_info.json; these 60 are a subset of them.
     assert metrics["format_failure_rate"]["rate"] + metrics["nonword_rate"]["rate"] <= MAX_INVALID
-    # Its skill is reading the first feedback: the guess after the opener fits it. (It does not yet
-    # compose a second line's feedback, so it rarely wins; see the README's table of tries.)
+    assert metrics["win_rate"]["rate"] >= MIN_WIN_RATE
+    # The guess after the opener fits the opener's feedback.
     second = [(g.turns[0], g.turns[1]) for g in result.games if len(g.turns) > 1]
     fits = sum(t.status == "valid" and is_consistent(t.guess, [(o.guess, o.pattern)]) for o, t in second)
     assert len(second) == 60 and fits / len(second) >= MIN_TURN2_CONSISTENT

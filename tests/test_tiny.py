@@ -214,7 +214,9 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
     spec = dataclasses.replace(tiny.SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
     model = tiny.build_model(TOKENIZER, spec, seed=0)
     generator = torch.Generator().manual_seed(0)
-    matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(16, len(tiny.WORDS), generator=generator)
+    matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(
+        16, len(tiny.WORDS), generator=generator
+    )
     encoded = tiny._encode(TOKENIZER, tiny.game_rows(40, random.Random(0), Solver(), training.data.train_secrets()))
     word_ids = TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS))
     tiny._wire_guess_bag(model, matrix, word_ids, encoded)
@@ -228,7 +230,9 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
             assert torch.corrcoef(torch.stack([logits, bag]))[0, 1] > 0.98
             assert bag[logits.argmax()] >= bag.topk(10).values[-1]  # its top answer is among the bag's ten
     with pytest.raises(ValueError, match="one key/value head per attention head"):
-        tiny._wire_guess_bag(tiny.build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
+        tiny._wire_guess_bag(
+            tiny.build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded
+        )
 
 
 def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):

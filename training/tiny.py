@@ -313,7 +313,9 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
 # --- the guess bag, wired into layer 0 ---------------------------------------------------------------
 
 
-def _fit_guess_bag(encoded: datasets.Dataset, tokenizer: PreTrainedTokenizerFast, spec: Scale, seed: int) -> torch.Tensor:
+def _fit_guess_bag(
+    encoded: datasets.Dataset, tokenizer: PreTrainedTokenizerFast, spec: Scale, seed: int
+) -> torch.Tensor:
     """A softmax regression for the guessed answer: its logits are the mean, over the tokens before it,
     of one learned row per token, fitted to the soft target of :class:`_SoftTargetTrainer`.
 
@@ -351,7 +353,7 @@ def _wire_guess_bag(
 ) -> None:
     """Make layer 0 compute the bag's mean before any training, so that SFT starts from a model that
     already composes feedback lines (measured: the untrained wired model's top answer fits every
-    line in 95% of one-guess states and 69% of two-guess ones; benchmarks/probe_guess_bag.py).
+    line in 93% of one-guess states and 67% of two-guess ones; benchmarks/probe_guess_bag.py).
 
     - embeddings: an SVD of ``matrix`` (rank hidden - 1) gives each token a row and each answer an
       output vector; the last coordinate is slack that gives every token row the same norm, so

@@ -207,6 +207,23 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
     assert turns == set(range(6))
 
 
+def test_guess_bag_learns_to_favour_still_possible_answers():
+    rows = tiny.game_rows(300, random.Random(0), Solver(), training.data.train_secrets())
+    encoded = tiny._encode(TOKENIZER, rows)
+    spec = dataclasses.replace(tiny.SCALES["ci"], bag_steps=100, batch_size=32)
+    matrix = tiny._fit_guess_bag(encoded, TOKENIZER, spec, seed=0)
+    assert matrix.shape == (len(TOKENIZER), len(tiny.WORDS))
+    column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS)))}
+    gains = []
+    for i, pos in enumerate(encoded["word_pos"]):
+        if pos > 0:
+            probs = matrix[encoded["input_ids"][i][:pos]].mean(0).softmax(-1)
+            cands = [column[c] for c in encoded["candidates"][i]]
+            gains.append(float(probs[cands].sum()) / (len(cands) / len(tiny.WORDS)))
+    # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
+    assert sum(gains) / len(gains) > 5
+
+
 def test_wiring_makes_layer_zero_compute_the_guess_bag():
     # Before any training the model's answer logits are the bag's: the mean over the prefix of each
     # token's row. A rank-16 bag survives the SVD (hidden 64) exactly; the MLP's small random output
@@ -233,6 +250,9 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
         tiny._wire_guess_bag(
             tiny.build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded
         )
+
+
+# --- a ci-scale build -----------------------------------------------------------------------------
 
 
 def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):

@@ -99,7 +99,7 @@ MARKED_LETTERS = tuple(
 )
 # A normalizer tags each mark of a five-mark feedback line with its column ("S(-)₁ O(-)₂ ..."), so a
 # marked letter's token says which letter, which mark and where. That makes a guess's fit to the
-# feedback a sum over the prompt's tokens, which the guess bag (_fit_guess_bag) learns in a minute.
+# feedback a sum over the prompt's tokens, which the guess bag (_fit_guess_bag) learns in two minutes.
 # The decoder drops the tags again, so prompts still decode to themselves.
 COLUMN_TAGS = "₁₂₃₄₅"
 TAGGED_LETTERS = tuple(f"{letter}{tag}" for letter in MARKED_LETTERS for tag in COLUMN_TAGS)

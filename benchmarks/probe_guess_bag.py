@@ -36,17 +36,11 @@ from training.data import eval_secrets, train_secrets
 from wordle import Solver, parse_history
 
 
-def prefixes(encoded) -> tuple[list[list[int]], list[list[int]], list[int]]:
+def guess_states(tokenizer, rows) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """Token ids up to and including ``<guess>``, the candidate answers' ids, and the past-guess count."""
-    rows = [i for i, pos in enumerate(encoded["word_pos"]) if pos > 0]
-    ids = [encoded["input_ids"][i][: encoded["word_pos"][i]] for i in rows]
-    return ids, [encoded["candidates"][i] for i in rows], [encoded["past"][i] for i in rows]
-
-
-def encode(tokenizer, rows):
-    encoded = tiny._encode(tokenizer, rows).to_dict()
-    encoded["past"] = [len(parse_history(r["prompt"][1]["content"])) for r in rows]
-    return encoded
+    states = tiny._guess_states(tiny._encode(tokenizer, rows))
+    past = [len(parse_history(rows[i]["prompt"][1]["content"])) for i, _, _ in states]
+    return [prefix for _, prefix, _ in states], [cands for _, _, cands in states], past
 
 
 def report(name: str, probs: list[torch.Tensor], cands: list[list[int]], past: list[int], column: dict[int, int]):
@@ -69,7 +63,7 @@ def model_probs(model, ids, word_ids) -> list[torch.Tensor]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--no_column_tags", action="store_true", help="untagged marks, as the shipped tokenizer")
+    parser.add_argument("--no_column_tags", action="store_true", help="untagged marks, as recipe 3's tokenizer")
     parser.add_argument("--train_states", type=int, default=40000)
     parser.add_argument("--eval_states", type=int, default=1500)
     parser.add_argument("--steps", type=int, default=1500, help="bag training steps of 64 states (0: no bag)")
@@ -88,7 +82,7 @@ def main() -> int:
     if args.model:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         model = AutoModelForCausalLM.from_pretrained(args.model).eval()
-        ids, cands, past = prefixes(encode(tokenizer, eval_rows))
+        ids, cands, past = guess_states(tokenizer, eval_rows)
         word_ids = word_ids_of(tokenizer)
         report(args.model, model_probs(model, ids, word_ids), cands, past, {t: j for j, t in enumerate(word_ids)})
     if args.steps <= 0:
@@ -102,7 +96,7 @@ def main() -> int:
     train_encoded = tiny._encode(tokenizer, train_rows)
     matrix = tiny._fit_guess_bag(train_encoded, tokenizer, spec, args.seed)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
-    ids, cands, past = prefixes(encode(tokenizer, eval_rows))
+    ids, cands, past = guess_states(tokenizer, eval_rows)
     tags = "untagged" if args.no_column_tags else "column-tagged"
     report(f"bag of {tags} tokens", [matrix[p].mean(0).softmax(-1) for p in ids], cands, past, column)
     if args.wire:

@@ -215,11 +215,9 @@ def test_guess_bag_learns_to_favour_still_possible_answers():
     assert matrix.shape == (len(TOKENIZER), len(tiny.WORDS))
     column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS)))}
     gains = []
-    for i, pos in enumerate(encoded["word_pos"]):
-        if pos > 0:
-            probs = matrix[encoded["input_ids"][i][:pos]].mean(0).softmax(-1)
-            cands = [column[c] for c in encoded["candidates"][i]]
-            gains.append(float(probs[cands].sum()) / (len(cands) / len(tiny.WORDS)))
+    for _, prefix, cands in tiny._guess_states(encoded):
+        probs = matrix[prefix].mean(0).softmax(-1)
+        gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(tiny.WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5
 
@@ -237,11 +235,10 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
     encoded = tiny._encode(TOKENIZER, tiny.game_rows(40, random.Random(0), Solver(), training.data.train_secrets()))
     word_ids = TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS))
     tiny._wire_guess_bag(model, matrix, word_ids, encoded)
-    states = [i for i, pos in enumerate(encoded["word_pos"]) if pos > 0]
+    states = tiny._guess_states(encoded)
     assert len(states) > 20
     with torch.no_grad():
-        for i in states:
-            prefix = encoded["input_ids"][i][: encoded["word_pos"][i]]
+        for _, prefix, _ in states:
             logits = model(torch.tensor([prefix])).logits[0, -1, word_ids]
             bag = matrix[prefix].mean(0)
             assert torch.corrcoef(torch.stack([logits, bag]))[0, 1] > 0.98

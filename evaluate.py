@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 import transformers
+import yaml
 from rich.console import Console
 from rich.logging import RichHandler
 from transformers import HfArgumentParser
@@ -34,19 +35,35 @@ from evaluation.report import (
     write_json,
 )
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
-from training.config import ConfigError
+from training.cli import help_requested, run_cli
+from training.config import CONFIG_FILE, TINY, ConfigError
+
+DEFAULT_SEED = 42  # the trainer's (transformers' TrainingArguments.seed)
 
 logger = logging.getLogger("evaluate")
 
 
 @dataclass
 class EvalArguments:
-    model: str = field(default="tiny", metadata={"help": "'tiny' (the embedded model), a hub id or a local directory"})
+    model: str | None = field(
+        default=None,
+        metadata={"help": "'tiny' (the embedded model), a hub id or a local directory (default: the adapter's run's, "
+                  "else tiny)"},
+    )
     adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory (grpo_train's output_dir)"})
-    games: int = field(default=300, metadata={"help": "games to play, spread over the 300 held-out secrets"})
+    games: int | None = field(
+        default=None,
+        metadata={"help": "games to play, spread over the 300 held-out secrets (default: the adapter's run's, else 300)"},
+    )
     sample: bool = field(default=False, metadata={"help": "sample replies (default: greedy)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (with --sample)"})
-    seed: int = field(default=0, metadata={"help": "seed of sampling, the random baselines and the bootstrap"})
+    seed: int | None = field(
+        default=None,
+        metadata={
+            "help": f"seed of sampling, the random baselines and the bootstrap (default: the adapter's run's, else "
+            f"{DEFAULT_SEED}, the trainer's)"
+        },
+    )
     constrain: str | None = field(
         default=None,
         metadata={
@@ -64,26 +81,41 @@ class EvalArguments:
     )
     batch_size: int = field(default=64, metadata={"help": "games generated per model.generate call"})
     max_new_tokens: int | None = field(
-        default=None, metadata={"help": "reply length limit (default: the model's generation_config, else 256)"}
+        default=None,
+        metadata={
+            "help": "reply length limit (default: the adapter's run's max_completion_length, else the model's "
+            "generation_config, else 256)"
+        },
     )
     device: str | None = field(default=None, metadata={"help": "cuda, mps or cpu (default: the best one here)"})
     torch_threads: int = field(default=1, metadata={"help": "CPU threads for torch (0: torch's default)"})
 
 
-def parse(argv: list[str]) -> EvalArguments:
+def _parser() -> HfArgumentParser:
     parser = HfArgumentParser(EvalArguments)
 
     def error(message: str) -> None:
-        raise ConfigError(message)
+        raise ConfigError(message.splitlines()[0])
 
     parser.error = error  # one line, not argparse's usage block
-    args, rest = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    return parser
+
+
+def parse(argv: list[str]) -> EvalArguments:
+    args, rest = _parser().parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if rest:
         raise ConfigError(f"unknown argument {rest[0]!r}; see python evaluate.py --help")
+    if args.adapter is not None and not Path(args.adapter).is_dir():
+        raise ConfigError(f"adapter directory {Path(args.adapter).resolve()} does not exist")
+    apply_run_config(args)
     if args.constrain is not None and args.constrain not in CONSTRAIN_CHOICES:
         raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
     if args.games < 1:
         raise ConfigError(f"--games must be at least 1, got {args.games}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ConfigError(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch_size must be at least 1, got {args.batch_size}")
     if args.sample and args.temperature <= 0:
         raise ConfigError(f"--temperature must be positive when sampling, got {args.temperature}")
     if args.train_log is not None:
@@ -93,6 +125,21 @@ def parse(argv: list[str]) -> EvalArguments:
                 f"--train_log {log.resolve()} is neither a trainer_state.json nor a directory holding one"
             )
     return args
+
+
+def apply_run_config(args: EvalArguments) -> None:
+    """Fill what the user left unset from the adapter's run (``wordle_grpo_config.yaml``), so that
+    ``evaluate.py --adapter OUTPUT_DIR`` replays the evaluation the run made; else the defaults."""
+    saved = Path(args.adapter) / CONFIG_FILE if args.adapter is not None else None
+    run: dict = {}
+    if saved is not None and saved.is_file():
+        summary = yaml.safe_load(saved.read_text())
+        run = {"model": summary["model"]["name_or_path"], **summary.get("evaluation", {})}
+        logger.info("settings not given on the command line come from %s", saved)
+    args.model = args.model or run.get("model", TINY)
+    args.games = args.games or run.get("games", 300)
+    args.seed = run.get("seed", DEFAULT_SEED) if args.seed is None else args.seed
+    args.max_new_tokens = args.max_new_tokens or run.get("max_new_tokens")
 
 
 def run(args: EvalArguments, out_console: Console) -> list:
@@ -140,15 +187,13 @@ def run(args: EvalArguments, out_console: Console) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
-    transformers.utils.logging.set_verbosity_warning()
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        run(parse(argv), console())
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    if help_requested(argv, __doc__, EvalArguments):
+        return 0
+    handler = RichHandler(console=Console(stderr=True), show_path=False)  # logs on stderr, results on stdout
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
+    transformers.utils.logging.set_verbosity_warning()
+    return run_cli(lambda: run(parse(argv), console()) and None)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,20 @@ interruption), --model PATH_OR_HUB_ID, --config my.yaml (between the profile and
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
 import sys
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import torch
 import transformers
+import yaml
+from rich.console import Console
 from rich.logging import RichHandler
 from trl import get_peft_config
 
@@ -39,26 +44,59 @@ from evaluation.report import (
 )
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
-from training.config import ConfigError, Resolved, resolve, to_yaml
+from training.cli import help_requested, run_cli
+from training.config import CONFIG_FILE, ConfigError, Resolved, ScriptArguments, make_parser, resolve, to_yaml
 from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
 from training.device import MpsCacheCallback
-from training.modeling import load_model, load_tokenizer, merge_adapter, model_source
+from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
 from training.trainer import WordleGRPOTrainer
 
 logger = logging.getLogger("grpo_train")
 
-CONFIG_FILE = "wordle_grpo_config.yaml"
 ROWS_FILE = "train_rows.jsonl"
 EVAL_DIR = "eval"
 
 
 def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
+    # Logs go to stderr: stdout holds only what a run produces (the --dry-run YAML, the results table).
+    handler = RichHandler(console=Console(stderr=True), show_path=False)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
     transformers.utils.logging.set_verbosity_warning()
+    # Deprecations inside transformers/TRL that this project cannot act on, named one by one.
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
-def newest_checkpoint(out: Path) -> Path | None:
-    """The newest checkpoint that was completely written.
+@dataclass
+class Plan:
+    """What a run will do, decided from its inputs before anything slow runs or anything is written."""
+
+    source: str  # where the model loads from: the embedded model's directory, a local directory or a hub id
+    out: Path
+    checkpoint: Path | None  # the checkpoint to resume from
+    rows: list[dict] | None  # --dataset's rows, validated; None: built (or reloaded on --resume) later
+    done: bool = False  # output_dir holds a run that reached max_steps: nothing to train
+
+
+def plan(resolved: Resolved) -> Plan:
+    """Every input checked in the order a user would fix them: the model, the libraries a setting
+    needs, the dataset, then the output directory. Raises ConfigError on the first problem."""
+    script = resolved.script
+    source = model_source(resolved.model.model_name_or_path)
+    check_bitsandbytes(resolved)
+    if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("use_vllm needs vLLM, which is not installed: pip install vllm, or pass --use_vllm false")
+    rows = None
+    if script.dataset and Path(script.dataset).exists():
+        try:
+            rows = load_rows(script.dataset)
+        except ValueError as exc:
+            raise ConfigError(f"dataset {script.dataset}: {exc}") from None
+    out, checkpoint, done = check_output_dir(resolved)
+    return Plan(source, out, checkpoint, rows, done)
+
+
+def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """The newest checkpoint that was completely written, and its step.
 
     transformers writes trainer_state.json last, so a run killed while saving (kill -9, power
     loss) leaves a newest directory without it; resuming from that one would fail.
@@ -66,46 +104,63 @@ def newest_checkpoint(out: Path) -> Path | None:
     checkpoints = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
     for path in sorted(checkpoints, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
         try:
-            json.loads((path / "trainer_state.json").read_text())
+            state = json.loads((path / "trainer_state.json").read_text())
         except (OSError, ValueError):
             logger.warning("skipping %s: it was not completely written (the run stopped while saving)", path)
             continue
-        return path
+        return path, int(state.get("global_step", 0))
     return None
 
 
-def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None]:
-    """The output directory and the checkpoint to resume from. Never trains over an earlier
-    run's checkpoints by accident: that run would be lost."""
+def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
+    """The output directory, the checkpoint to resume from, and whether training there is complete.
+
+    Never trains over an earlier run's checkpoints by accident (that run would be lost), and never
+    past ``max_steps`` (transformers would run one more step on a finished run's last checkpoint).
+    """
+    script, max_steps = resolved.script, resolved.training.max_steps
     out = Path(resolved.training.output_dir)
-    last = newest_checkpoint(out) if out.is_dir() else None
-    if resolved.script.resume and last is None:
+    newest = newest_checkpoint(out) if out.is_dir() else None
+    finished = (out / CONFIG_FILE).is_file() and (out / "adapter_config.json").is_file()
+    if finished:
+        trained_on = yaml.safe_load((out / CONFIG_FILE).read_text())["model"]["name_or_path"]
+        if trained_on != resolved.model.model_name_or_path:
+            raise ConfigError(
+                f"{out} holds a run of {trained_on}, not {resolved.model.model_name_or_path}: pass --model {trained_on}"
+            )
+    done = newest is not None and newest[1] >= max_steps > 0
+    if script.merge and finished and (done or not script.resume):
+        return out, None, True  # merge the finished run's adapter; train nothing
+    if script.resume and newest is None:
         raise ConfigError(f"--resume: no complete checkpoint in {out}; run without --resume to start afresh")
-    if not resolved.script.resume and last is not None:
-        raise ConfigError(
-            f"{out} already holds checkpoints (newest {last.name}); pass --resume to continue, "
-            "or choose another --output_dir"
+    if not script.resume and newest is not None:
+        hint = "pass --merge to merge its adapter, or --resume with a higher --max_steps" if finished else (
+            "pass --resume to continue"
         )
-    if last is not None:
-        logger.info("resuming from %s", last)
-    return out, last
+        raise ConfigError(f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir")
+    if done and not finished:
+        raise ConfigError(
+            f"{newest[0]} reached max_steps ({max_steps}) but the run stopped before saving to {out}: its adapter is "
+            f"in the checkpoint (python evaluate.py --adapter {newest[0]}); raise --max_steps to train on"
+        )
+    return out, newest[0] if newest else None, done
 
 
-def training_rows(resolved: Resolved, out: Path) -> list[dict]:
-    """Rows from --dataset (loaded, or built and saved there), else built and kept in output_dir.
+def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
+    """Rows from --dataset (validated by ``plan``, or built and saved there), else built and kept in output_dir.
 
     Keeping the built rows lets --resume continue on exactly the data the run started with.
     """
     script, seed = resolved.script, resolved.training.seed
-    path = Path(script.dataset) if script.dataset else out / ROWS_FILE
-    if path.exists() and (script.dataset or script.resume):
-        try:
-            rows = load_rows(path)
-        except ValueError as exc:
-            raise ConfigError(f"dataset {path}: {exc}") from None
+    path = Path(script.dataset) if script.dataset else run.out / ROWS_FILE
+    if run.rows is not None:
+        rows = run.rows
         logger.info("loaded %d game states from %s", len(rows), path)
+    elif path.exists() and script.resume:
+        rows = load_rows(path)  # written by this run: a failure here is a bug, not bad input
+        logger.info("reloaded the run's %d game states from %s", len(rows), path)
     else:
-        rows = build_rows(script.train_rows, seed=seed, explore=script.explore)
+        rows = build_rows(script.train_rows, seed=seed, explore=script.explore, progress=True)
         save_rows(rows, path)
         logger.info("built %d game states (seed %d) and saved them to %s", len(rows), seed, path)
     held_out = set(eval_secrets())
@@ -127,21 +182,37 @@ def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
-def train(resolved: Resolved) -> WordleGRPOTrainer:
+def merge(resolved: Resolved, run: Plan) -> None:
+    merged = merge_adapter(run.source, run.out, run.out / "merged", resolved)
+    logger.info("saved the merged model to %s", merged)
+
+
+def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | None:
+    """The run: model, data, the evaluation before, GRPO, saving, the evaluation after.
+
+    None when ``output_dir`` already holds the finished run (then only ``--merge`` has work to do).
+    """
     script, args = resolved.script, resolved.training
-    out, checkpoint = check_output_dir(resolved)
+    run = run or plan(resolved)
+    if run.done:
+        logger.info("the run in %s is complete (max_steps %d): nothing to train", run.out, args.max_steps)
+        if script.merge:
+            merge(resolved, run)
+        return None
+    out, checkpoint = run.out, run.checkpoint
+    if checkpoint is not None:
+        logger.info("resuming from %s", checkpoint)
     offline_wandb_unless_logged_in(resolved)
     if script.torch_threads:
         torch.set_num_threads(script.torch_threads)
 
     # Model and tokenizer: the embedded default, a local directory or a hub id, one code path.
-    source = model_source(resolved.model.model_name_or_path)
-    tokenizer = load_tokenizer(source, resolved)
-    model = load_model(source, resolved)
+    tokenizer = load_tokenizer(run.source, resolved)
+    model = load_model(run.source, resolved)
 
     # Data: game states rendered by wordle/, prompts that fit the model's context.
     budget = script.max_prompt_length or model.config.max_position_embeddings - args.max_completion_length
-    train_dataset = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, out)), tokenizer, budget)
+    train_dataset = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
     if len(train_dataset) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
 
@@ -173,8 +244,7 @@ def train(resolved: Resolved) -> WordleGRPOTrainer:
     (out / CONFIG_FILE).write_text(to_yaml(resolved))
     logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
     if script.merge:
-        merged = merge_adapter(source, out, out / "merged", resolved)
-        logger.info("saved the merged model to %s", merged)
+        merge(resolved, run)
     if before is not None:
         evaluate_end(resolved, trainer, tokenizer, out, before)
     return trainer
@@ -252,19 +322,22 @@ def _oom_message(resolved: Resolved) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    setup_logging()
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        resolved = resolve(argv)
-        if resolved.script.dry_run:
-            print(to_yaml(resolved), end="")
-            return 0
-        logger.info("resolved configuration:\n%s", to_yaml(resolved))
-        train(resolved)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
+    if help_requested(argv, __doc__, ScriptArguments, config_line, full=lambda: make_parser().format_help()):
+        return 0
+    setup_logging()
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> None:
+    resolved = resolve(argv)
+    if resolved.script.dry_run:
+        print(to_yaml(resolved), end="")
+        return
+    run = plan(resolved)  # every input checked before anything slow runs or anything is written
+    logger.info("resolved configuration:\n%s", to_yaml(resolved))
+    train(resolved, run)
 
 
 if __name__ == "__main__":

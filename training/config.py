@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TINY = "tiny"
+# A profile's section of settings tuned for the embedded model: they apply only when the model is tiny.
+EMBEDDED_SECTION = "tiny"
+MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+CONFIG_FILE = "wordle_grpo_config.yaml"  # the resolved configuration, saved beside a run's adapter
 
 
 class ConfigError(ValueError):
@@ -39,7 +43,10 @@ class ScriptArguments:
 
     profile: str = field(
         default="auto",
-        metadata={"help": "hardware profile: profiles/NAME.yaml, or auto (cuda, then rocm, then mps, then cpu)"},
+        metadata={
+            "help": f"hardware profile: {', '.join(sorted(p.stem for p in PROFILES_DIR.glob('*.yaml')))}, or auto "
+            "(cuda, then rocm, then mps, then cpu)"
+        },
     )
     device: str = field(
         default="cpu", metadata={"help": "device the profile is for: cuda, rocm, mps or cpu (set by the profile)"}
@@ -56,7 +63,17 @@ class ScriptArguments:
     no_4bit: bool = field(default=False, metadata={"help": "turn 4-bit quantization off (no bitsandbytes needed)"})
     dry_run: bool = field(default=False, metadata={"help": "print the resolved configuration as YAML and exit"})
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in output_dir"})
-    merge: bool = field(default=False, metadata={"help": "also write the LoRA merged into the base model"})
+    merge: bool = field(
+        default=False,
+        metadata={
+            "help": "also write the LoRA merged into the base model under OUTPUT_DIR/merged; on a finished run's "
+            "output_dir it merges without training"
+        },
+    )
+    merge_dtype: str = field(
+        default="auto",
+        metadata={"help": "dtype of the merged model: auto (the base checkpoint's own), float32, bfloat16 or float16"},
+    )
     dataset: str | None = field(
         default=None,
         metadata={
@@ -127,13 +144,15 @@ def _field_names() -> list[str]:
     return sorted({f.name for dc in _dataclasses() for f in dataclasses.fields(dc) if f.init})
 
 
-def _unknown(kind: str, name: str, valid: list[str], where: str) -> ConfigError:
+def _unknown(kind: str, name: str, valid: list[str], where: str, more: str | None = None) -> ConfigError:
+    """One short line: the name, the closest matches, and the valid choices or where to see them."""
     close = difflib.get_close_matches(name, valid, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return ConfigError(f"unknown {kind} {name!r} in {where}{hint}; valid: {', '.join(valid)}")
+    choices = f"valid: {', '.join(valid)}" if more is None else more
+    return ConfigError(f"unknown {kind} {name!r} in {where}{hint}; {choices}")
 
 
-def _read_yaml(path: Path, what: str) -> dict[str, Any]:
+def _read_yaml(path: Path, what: str, sections: tuple[str, ...] = ()) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} {path} does not exist")
     try:
@@ -143,9 +162,15 @@ def _read_yaml(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path} must be a YAML mapping of field: value")
     valid = _field_names()
-    for key in data:
-        if key not in valid:
-            raise _unknown("key", str(key), valid, str(path))
+    for key, value in data.items():
+        if key in sections:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{what} {path}: {key} must be a mapping of field: value")
+            nested = next((k for k in value if k not in valid), None)
+            if nested is not None:
+                raise _unknown("key", f"{key}.{nested}", valid, str(path), "see python grpo_train.py --help-all")
+        elif key not in valid:
+            raise _unknown("key", str(key), valid, str(path), "see python grpo_train.py --help-all")
     return data
 
 
@@ -153,11 +178,18 @@ def load_profile(name: str) -> dict[str, Any]:
     names = available_profiles()
     if name not in names:
         raise _unknown("profile", name, ["auto", *names], "--profile")
-    return _read_yaml(PROFILES_DIR / f"{name}.yaml", "profile")
+    return _read_yaml(PROFILES_DIR / f"{name}.yaml", "profile", sections=(EMBEDDED_SECTION,))
+
+
+class _Parser(TrlParser):
+    """TrlParser whose errors are one ConfigError line, never argparse's usage block and exit."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError(message.splitlines()[0])
 
 
 def make_parser() -> TrlParser:
-    parser = TrlParser(_dataclasses())
+    parser = _Parser(_dataclasses())
     parser.add_argument("--config", help="YAML file layered between the profile and the command line")
     return parser
 
@@ -169,29 +201,44 @@ def _construct(cls: type, kwargs: dict[str, Any], label: str) -> Any:
         raise ConfigError(f"invalid {label} configuration: {str(exc).splitlines()[0]}") from None
 
 
-def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
-    """Profile, then --config, then the command line, then the script's flags; see the module docstring.
-
-    ``check_device=False`` (what ``--dry-run`` uses) resolves a profile for a device this machine
-    lacks, so that any profile can be inspected anywhere.
-    """
-    pre = argparse.ArgumentParser(add_help=False)
+def _pre_parse(argv: list[str]) -> argparse.Namespace:
+    """The flags that decide which layers apply, read before the layers are parsed."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--profile", default="auto")
     pre.add_argument("--config")
+    pre.add_argument("--model", "--model_name_or_path", "--model-name-or-path", dest="model")
     pre.add_argument("--dry-run", "--dry_run", dest="dry_run", nargs="?", const="true", default="false")
     known, _ = pre.parse_known_args(argv)
-    check_device = check_device and known.dry_run.lower() not in ("true", "1", "yes")
+    known.dry_run = known.dry_run.lower() in ("true", "1", "yes")
+    return known
 
-    notes: list[str] = []
+
+def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str, Any]]:
+    """The profile's values, its embedded-model section when the model is the embedded one, then --config."""
     profile = known.profile
     if profile == "auto":
         profile, why = devices.detect()
         notes.append(f"profile auto -> {profile}: {why}")
     values = load_profile(profile)
+    embedded = values.pop(EMBEDDED_SECTION, {})
+    config = _read_yaml(Path(known.config), "config file") if known.config else {}
+    model = known.model or config.get("model") or config.get("model_name_or_path") or values["model_name_or_path"]
+    if embedded:
+        summary = ", ".join(f"{k} {_plain(v)}" for k, v in embedded.items())
+        if model == TINY:
+            values.update(embedded)
+            notes.append(f"model tiny: the profile's settings for the embedded model apply ({summary})")
+        else:
+            notes.append(
+                f"model {model} is not the embedded model: the profile's settings tuned for it do not apply ({summary})"
+            )
+    values.update(config)
     values["profile"] = profile
-    if known.config:
-        values.update(_read_yaml(Path(known.config), "config file"))
+    return profile, values
 
+
+def _parse(argv: list[str], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The command line over the layered values, split per dataclass."""
     parser = make_parser()
     parser.set_defaults_with_config(**values)
     namespace, unknown = parser.parse_known_args(argv)
@@ -202,11 +249,63 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
                 f"unexpected value {unknown[0]!r} on the command line (the option before it takes one value)"
             )
         name = flags[0].split("=")[0].lstrip("-").replace("-", "_")
-        raise _unknown("option", f"--{name}", [f"--{n}" for n in ["config", *_field_names()]], "the command line")
+        valid = [f"--{n}" for n in ["config", *_field_names()]]
+        raise _unknown("option", f"--{name}", valid, "the command line", "see python grpo_train.py --help-all")
     raw = vars(namespace)
     script_kw, train_kw, model_kw = (
         {f.name: raw[f.name] for f in dataclasses.fields(dc) if f.init and f.name in raw} for dc in _dataclasses()
     )
+    return script_kw, train_kw, model_kw
+
+
+# (field, lowest valid value, what it counts): a value below is a typo, caught before anything runs.
+_AT_LEAST = (
+    ("max_completion_length", 1, "tokens"),
+    ("per_device_train_batch_size", 1, "completions"),
+    ("gradient_accumulation_steps", 1, "micro-steps"),
+    ("num_generations", 2, "completions per prompt (GRPO compares at least two)"),
+    ("save_steps", 1, "steps"),
+    ("logging_steps", 1, "steps"),
+)
+
+
+def _check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any]) -> None:
+    for name, low, unit in _AT_LEAST:
+        value = train_kw.get(name)
+        if value is not None and value < low:
+            rollback = name == "max_completion_length" and script.max_completion is not None
+            flag = "--max-completion" if rollback else f"--{name}"
+            raise ConfigError(f"{flag} must be at least {low} ({unit}), got {value}")
+    if train_kw.get("max_steps", -1) == 0 or train_kw.get("max_steps", -1) < -1:
+        raise ConfigError(f"--max_steps must be positive (or -1 for num_train_epochs), got {train_kw['max_steps']}")
+    for name in ("learning_rate", "temperature"):
+        if train_kw.get(name) is not None and not train_kw[name] > 0:
+            raise ConfigError(f"--{name} must be positive, got {train_kw[name]}")
+    if model_kw.get("use_peft") and model_kw.get("lora_r", 1) < 1:
+        raise ConfigError(f"--lora_r must be at least 1, got {model_kw['lora_r']}")
+    if script.train_rows < 1:
+        raise ConfigError(f"--train_rows must be at least 1, got {script.train_rows}")
+    if not 0 <= script.explore <= 1:
+        raise ConfigError(f"--explore is a share of guesses, between 0 and 1; got {script.explore}")
+    if script.torch_threads < 0 or script.mps_empty_cache_steps < 0:
+        raise ConfigError("--torch_threads and --mps_empty_cache_steps must be 0 (off) or more")
+    if not 1 <= script.eval_games <= 300:
+        raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
+    if script.merge_dtype not in MERGE_DTYPES:
+        raise ConfigError(f"unknown --merge_dtype {script.merge_dtype!r}; valid: {', '.join(MERGE_DTYPES)}")
+
+
+def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
+    """Profile, then --config, then the command line, then the script's flags; see the module docstring.
+
+    ``check_device=False`` (what ``--dry-run`` uses) resolves a profile for a device this machine
+    lacks, so that any profile can be inspected anywhere.
+    """
+    known = _pre_parse(argv)
+    check_device = check_device and not known.dry_run
+    notes: list[str] = []
+    profile, values = _layers(known, notes)
+    script_kw, train_kw, model_kw = _parse(argv, values)
     script_kw["profile"] = profile  # the resolved name, not "auto"
     script = _construct(ScriptArguments, script_kw, "script")
     if script.device not in devices.DEVICES:
@@ -223,8 +322,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
         if "8bit" in str(train_kw.get("optim", "")):
             notes.append(f"--no-4bit: optimizer {train_kw['optim']} needs bitsandbytes, using adamw_torch")
             train_kw["optim"] = "adamw_torch"
-    if not 1 <= script.eval_games <= 300:
-        raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
+    _check_ranges(script, train_kw, model_kw)
     if script.constrain_vllm is not None:
         if script.constrain_vllm != "allowed":
             raise ConfigError(f"unknown --constrain_vllm {script.constrain_vllm!r}; valid: allowed")
@@ -366,7 +464,14 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "mps_empty_cache_steps": s.mps_empty_cache_steps,
         },
         "rewards": dict(zip(s.rewards, t.reward_weights, strict=True)),
-        "evaluation": "skipped" if s.skip_eval else {"games": s.eval_games, "before_and_after": True},
+        # What evaluate.py --adapter OUTPUT_DIR reads back, so that it replays the run's own evaluation.
+        "evaluation": {
+            "before_and_after": not s.skip_eval,
+            "games": s.eval_games,
+            "decoding": "greedy",
+            "max_new_tokens": t.max_completion_length,
+            "seed": t.seed,
+        },
         "notes": resolved.notes,
         **resolved.changed,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from rich.console import Console
+from rich.progress import Progress
 
 from wordle import (
     MAX_GUESSES,
@@ -99,12 +102,18 @@ def make_row(secret: str, history: Sequence[tuple[str, str]], system_prompt: str
 
 
 def build_rows(
-    n_rows: int, seed: int, secrets: Sequence[str] | None = None, explore: float = 0.3, solver: Solver | None = None
+    n_rows: int,
+    seed: int,
+    secrets: Sequence[str] | None = None,
+    explore: float = 0.3,
+    solver: Solver | None = None,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """``n_rows`` game states from ``secrets`` (the training secrets by default), deterministic in ``seed``.
 
     Secrets are dealt from repeated shuffles, so each is used about equally; the number of past
-    guesses is uniform over 0..5 (fewer when the game would already have been won).
+    guesses is uniform over 0..5 (fewer when the game would already have been won). ``progress``
+    shows a bar on stderr: 2000 rows take about 20 s.
     """
     secrets = list(train_secrets() if secrets is None else secrets)
     if not secrets:
@@ -113,13 +122,14 @@ def build_rows(
     solver = solver or Solver()
     rows: list[dict[str, Any]] = []
     deck: list[str] = []
-    while len(rows) < n_rows:
-        if not deck:
-            deck = secrets.copy()
-            rng.shuffle(deck)
-        secret = deck.pop()
-        history = play_state(secret, rng.randrange(MAX_GUESSES), rng, solver, explore)
-        rows.append(make_row(secret, history))
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        for _ in bar.track(range(n_rows), description="building game states"):
+            if not deck:
+                deck = secrets.copy()
+                rng.shuffle(deck)
+            secret = deck.pop()
+            history = play_state(secret, rng.randrange(MAX_GUESSES), rng, solver, explore)
+            rows.append(make_row(secret, history))
     return rows
 
 
@@ -128,7 +138,7 @@ def build_rows(
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-def _course_history(row: int, value: Any) -> list[list[str]]:
+def _course_history(row: str, value: Any) -> list[list[str]]:
     """The course CSV's ``past_guess_history``: a string holding a list of [GUESS, 'C(x) R(✓) …'] pairs."""
     if not isinstance(value, str):
         return value
@@ -138,13 +148,13 @@ def _course_history(row: int, value: Any) -> list[list[str]]:
     try:
         pairs = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        raise ValueError(f"row {row}: past_guess_history {value!r} is not a list of [GUESS, FEEDBACK] pairs") from None
+        raise ValueError(f"{row}: past_guess_history {value!r} is not a list of [GUESS, FEEDBACK] pairs") from None
     if not isinstance(pairs, (list, tuple)):
-        raise ValueError(f"row {row}: past_guess_history {value!r} is not a list of [GUESS, FEEDBACK] pairs")
+        raise ValueError(f"{row}: past_guess_history {value!r} is not a list of [GUESS, FEEDBACK] pairs")
     out = []
     for pair in pairs:
         if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
-            raise ValueError(f"row {row}: past_guess_history entry {pair!r} is not a [GUESS, FEEDBACK] pair")
+            raise ValueError(f"{row}: past_guess_history entry {pair!r} is not a [GUESS, FEEDBACK] pair")
         guess, feedback = pair
         if len(feedback.strip()) == 5:  # already G/Y/B
             out.append([guess, feedback.strip()])
@@ -152,33 +162,39 @@ def _course_history(row: int, value: Any) -> list[list[str]]:
         try:
             letters, pattern = parse_feedback(f"{guess}: {feedback}", notation="course")
         except ValueError as exc:
-            raise ValueError(f"row {row}: past_guess_history: {exc}") from None
+            raise ValueError(f"{row}: past_guess_history: {exc}") from None
         out.append([letters, pattern])
     return out
 
 
-def validate_rows(rows: Iterable[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
+def validate_rows(
+    rows: Iterable[dict[str, Any]], system_prompt: str | None = None, where: Callable[[int], str] | None = None
+) -> list[dict[str, Any]]:
     """Rows checked and normalised: ValueError naming the row and field of the first bad one.
+
+    ``where(i)`` names the i-th row (0-based) as a user finds it: "row 1" for the first by default,
+    "line N" for a file (see ``load_rows``).
 
     Beyond each field's form, the history must be what the secret would have produced, and the
     game must not already be over; either would make every reward on that row meaningless.
     The prompt is re-rendered from the history, so a file's prompts can never disagree with it.
     """
+    where = where or (lambda i: f"row {i + 1}")
     out = []
     for i, row in enumerate(rows):
         for field in ("secret", "past_guess_history"):
             if row.get(field) is None:  # files with a column missing from some rows give None there
-                raise ValueError(f"row {i}: missing field {field!r}")
-        secret = row_secret(i, row["secret"])
-        history = row_history(i, row["past_guess_history"])
+                raise ValueError(f"{where(i)}: missing field {field!r}")
+        secret = row_secret(where(i), row["secret"])
+        history = row_history(where(i), row["past_guess_history"])
         for guess, pattern in history:
             if score_guess(guess, secret) != pattern:
                 raise ValueError(
-                    f"row {i}: past_guess_history says {guess} scored {pattern} against {secret}, "
+                    f"{where(i)}: past_guess_history says {guess} scored {pattern} against {secret}, "
                     f"but it scores {score_guess(guess, secret)}"
                 )
         if len(history) >= MAX_GUESSES or any(g == secret for g, _ in history):
-            raise ValueError(f"row {i}: past_guess_history is a finished game (won or out of guesses)")
+            raise ValueError(f"{where(i)}: past_guess_history is a finished game (won or out of guesses)")
         out.append(make_row(secret, history, system_prompt))
     return out
 
@@ -192,13 +208,42 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     if fmt is None:
         raise ValueError(f"dataset file {path}: unknown format {path.suffix!r}; use one of {', '.join(_FORMATS)}")
     # keep_in_memory and no cache dir: a small local file, and nothing written beside it.
-    raw = datasets.load_dataset(fmt, data_files=str(path), split="train", keep_in_memory=True)
+    try:
+        raw = datasets.load_dataset(fmt, data_files=str(path), split="train", keep_in_memory=True)
+    except datasets.exceptions.DatasetGenerationError as exc:
+        raise ValueError(_unreadable(path, fmt, exc)) from None
     rows = raw.to_list()
+    where = _row_namer(path, fmt, len(rows))
     if fmt == "csv":
         for i, row in enumerate(rows):
             if "past_guess_history" in row:
-                row["past_guess_history"] = _course_history(i, row["past_guess_history"])
-    return validate_rows(rows)
+                row["past_guess_history"] = _course_history(where(i), row["past_guess_history"])
+    return validate_rows(rows, where=where)
+
+
+def _unreadable(path: Path, fmt: str, exc: Exception) -> str:
+    """Why ``datasets`` could not read the file: for JSON Lines, the first line that is not JSON."""
+    if fmt == "json":
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            try:
+                if line.strip():
+                    json.loads(line)
+            except json.JSONDecodeError as bad:
+                return f"line {number}: not valid JSON ({bad.msg})"
+    cause = exc.__cause__ or exc
+    return f"not a readable {fmt} file ({str(cause).splitlines()[0] if str(cause) else type(cause).__name__})"
+
+
+def _row_namer(path: Path, fmt: str, n_rows: int) -> Callable[[int], str]:
+    """How a user finds row i of the file: its line number in a JSONL or CSV file, else its 1-based row."""
+    if fmt == "csv":
+        return lambda i: f"line {i + 2}"  # line 1 is the header
+    if fmt == "json":
+        # JSON Lines: blank lines hold no row, so count the lines that do.
+        numbers = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+        if len(numbers) == n_rows:
+            return lambda i: f"line {numbers[i]}"
+    return lambda i: f"row {i + 1}"
 
 
 def save_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:

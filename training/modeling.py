@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from huggingface_hub import HfApi, try_to_load_from_cache
-from huggingface_hub.errors import RepositoryNotFoundError
+from huggingface_hub.errors import HFValidationError, HfHubHTTPError, RepositoryNotFoundError
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from trl import get_quantization_config
@@ -21,6 +21,13 @@ from training import device as devices
 from training.config import TINY, ConfigError, Resolved
 
 logger = logging.getLogger(__name__)
+
+
+# The hub client's network errors: requests' (huggingface_hub < 1) are OSErrors; httpx's (1.x, and
+# httpx2 in 2.x) share their base class with HfHubHTTPError, whatever the package is called.
+_HUB_NETWORK_ERRORS = (OSError, *HfHubHTTPError.__bases__)
+# What from_pretrained loads weights from: one file or a sharded index, safetensors or pickle.
+_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
 def _looks_like_path(name: str) -> bool:
@@ -44,6 +51,11 @@ def model_source(name: str) -> str:
             raise ConfigError(
                 f"model directory {path.resolve()} has no config.json (is it a model saved with save_pretrained?)"
             )
+        if not any(next(path.glob(pattern), None) for pattern in _WEIGHT_PATTERNS):
+            raise ConfigError(
+                f"model directory {path.resolve()} has a config.json but no weights (*.safetensors or "
+                "pytorch_model*.bin): was the download or save cut short?"
+            )
         return str(path)
     if _looks_like_path(name) or path.exists():
         raise ConfigError(f"model path {path.resolve()} does not exist")
@@ -51,12 +63,14 @@ def model_source(name: str) -> str:
         return name  # in the local hub cache: loads offline
     try:
         HfApi().model_info(name, timeout=10)
+    except HFValidationError:
+        raise ConfigError(f"{name!r} is neither a local directory nor a valid hub id (ORG/NAME)") from None
     except RepositoryNotFoundError:
         raise ConfigError(f"no model {name!r} on the Hugging Face hub, and no local directory of that name") from None
-    except OSError as exc:  # requests' connection errors are OSErrors
+    except _HUB_NETWORK_ERRORS as exc:
         raise ConfigError(
             f"the Hugging Face hub is unreachable, so {name!r} cannot be downloaded ({type(exc).__name__}); "
-            "download it on a connected machine and pass its directory with --model PATH, or use --model tiny"
+            "pass a downloaded directory with --model PATH, or use --model tiny"
         ) from None
     return name
 
@@ -93,6 +107,44 @@ def check_bitsandbytes(resolved: Resolved) -> None:
         raise ConfigError(
             f"{' and '.join(needs)} need bitsandbytes, which is not installed; pip install bitsandbytes, or pass --no-4bit"
         )
+    import_bitsandbytes()
+
+
+class _DropKernelsNotice(logging.Filter):
+    # On CPUs with AVX512-BF16, importing bitsandbytes warns that an optional inference kernel from the
+    # hub ("kernels-community") could not be loaded; it falls back to its own, and the line would
+    # precede every message of ours. Only that record is dropped.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "kernels-community" not in record.getMessage()
+
+
+def import_bitsandbytes() -> Any:
+    """bitsandbytes, imported once by the project, without its import-time notice about optional kernels."""
+    notice = _DropKernelsNotice()
+    target = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    target.addFilter(notice)
+    try:
+        import bitsandbytes
+    finally:
+        target.removeFilter(notice)
+    return bitsandbytes
+
+
+def keep_4bit_trainable_on_cpu(model: PreTrainedModel) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout; returns the layers.
+
+    On CPUs with AVX512-BF16 or AMX, the first eval-mode forward of a ``Linear4bit`` without grad
+    (the evaluation before training) rewrites its weights into a layout that only inference reads:
+    ``model.train()`` does not undo it, and the first backward then fails ("a view of a leaf Variable
+    that requires grad is being used in an in-place operation"). Its inverse re-quantizes the
+    scales from bf16, so the model trained would not be the model evaluated. A model that will
+    train keeps the training layout; evaluation in the training layout gives the same replies.
+    """
+    bnb = import_bitsandbytes()
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
 
 
 def _device_map(resolved: Resolved) -> Any:
@@ -118,6 +170,8 @@ def load_model(source: str, resolved: Resolved) -> PreTrainedModel:
     if quantization is not None:
         kwargs["quantization_config"] = quantization
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    if m.load_in_4bit and resolved.script.device == "cpu":
+        keep_4bit_trainable_on_cpu(model)
     logger.info(
         "loaded %s: %.1fM parameters, %s%s",
         source,
@@ -129,12 +183,16 @@ def load_model(source: str, resolved: Resolved) -> PreTrainedModel:
 
 
 def merge_adapter(source: str, adapter_dir: Path, out_dir: Path, resolved: Resolved) -> Path:
-    """The adapter merged into an unquantized copy of the base: merging into 4-bit weights would lose it."""
-    dtype = resolved.model.dtype
+    """The adapter merged into an unquantized copy of the base: merging into 4-bit weights would lose it.
+
+    Saved in the base checkpoint's own dtype (``--merge_dtype auto``), not the profile's compute
+    dtype: a bf16 base trained in fp32 on CPU or MPS would otherwise come back twice its size.
+    """
+    dtype = resolved.script.merge_dtype
     base = AutoModelForCausalLM.from_pretrained(
         source,
         revision=resolved.model.model_revision,
-        dtype=torch.float32 if dtype in (None, "auto") else getattr(torch, dtype),
+        dtype="auto" if dtype == "auto" else getattr(torch, dtype),
         trust_remote_code=resolved.training.trust_remote_code,
     )
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()

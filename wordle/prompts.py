@@ -132,32 +132,37 @@ def history_for(secret: str, guesses: Sequence[str]) -> list[tuple[str, str]]:
     return [(normalize_word(g) or g, score_guess(g, secret)) for g in guesses]
 
 
-def row_history(row: int, history: Any) -> tuple[tuple[str, str], ...]:
+def _where(row: int | str) -> str:
+    return row if isinstance(row, str) else f"row {row}"
+
+
+def row_history(row: int | str, history: Any) -> tuple[tuple[str, str], ...]:
     """Dataset row ``row``'s history as upper-case (GUESS, PATTERN) pairs; ValueError naming the row if malformed.
 
-    Shared by the rewards and the dataset loader, so both reject exactly the same rows."""
+    ``row`` is an index, or how a user finds the row in a file ("line 3"). Shared by the rewards
+    and the dataset loader, so both reject exactly the same rows."""
     if history is None:
         return ()
     if isinstance(history, (str, bytes)) or not isinstance(history, Sequence):
-        raise ValueError(f"row {row}: past_guess_history must be a list of [GUESS, PATTERN] pairs, got {history!r}")
+        raise ValueError(f"{_where(row)}: past_guess_history must be a list of [GUESS, PATTERN] pairs, got {history!r}")
     pairs = []
     for item in history:
         if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
-            raise ValueError(f"row {row}: past_guess_history entry {item!r} is not a [GUESS, PATTERN] pair")
+            raise ValueError(f"{_where(row)}: past_guess_history entry {item!r} is not a [GUESS, PATTERN] pair")
         guess, pattern = normalize_word(item[0]), item[1]
         if guess is None:
-            raise ValueError(f"row {row}: past_guess_history guess {item[0]!r} is not a five-letter word")
+            raise ValueError(f"{_where(row)}: past_guess_history guess {item[0]!r} is not a five-letter word")
         try:
             pattern_to_code(pattern)
         except ValueError:
-            raise ValueError(f"row {row}: past_guess_history pattern {pattern!r} is not five G/Y/B marks") from None
+            raise ValueError(f"{_where(row)}: past_guess_history pattern {pattern!r} is not five G/Y/B marks") from None
         pairs.append((guess, pattern.upper()))
     return tuple(pairs)
 
 
-def row_secret(row: int, secret: Any) -> str:
+def row_secret(row: int | str, secret: Any) -> str:
     """Dataset row ``row``'s secret, upper case; ValueError naming the row if it is not a five-letter word."""
     word = normalize_word(secret)
     if word is None:
-        raise ValueError(f"row {row}: secret {secret!r} is not a five-letter word")
+        raise ValueError(f"{_where(row)}: secret {secret!r} is not a five-letter word")
     return word

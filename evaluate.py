@@ -136,10 +136,10 @@ def apply_run_config(args: EvalArguments) -> None:
         summary = yaml.safe_load(saved.read_text())
         run = {"model": summary["model"]["name_or_path"], **summary.get("evaluation", {})}
         logger.info("settings not given on the command line come from %s", saved)
-    args.model = args.model or run.get("model", TINY)
-    args.games = args.games or run.get("games", 300)
-    args.seed = run.get("seed", DEFAULT_SEED) if args.seed is None else args.seed
-    args.max_new_tokens = args.max_new_tokens or run.get("max_new_tokens")
+    defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None}
+    for name, default in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, run.get(name, default))
 
 
 def run(args: EvalArguments, out_console: Console) -> list:

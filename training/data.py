@@ -207,11 +207,20 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ValueError(f"dataset file {path}: unknown format {path.suffix!r}; use one of {', '.join(_FORMATS)}")
-    # keep_in_memory and no cache dir: a small local file, and nothing written beside it.
+    # keep_in_memory and no cache dir: a small local file, and nothing written beside it. Quiet: a
+    # few rows need no progress bar, and a bad file is reported once, by the caller, as one line.
+    bars = not datasets.utils.are_progress_bars_disabled()
+    verbosity = datasets.logging.get_verbosity()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its ERROR record repeats the parse error
     try:
         raw = datasets.load_dataset(fmt, data_files=str(path), split="train", keep_in_memory=True)
     except datasets.exceptions.DatasetGenerationError as exc:
         raise ValueError(_unreadable(path, fmt, exc)) from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
     rows = raw.to_list()
     where = _row_namer(path, fmt, len(rows))
     if fmt == "csv":

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from huggingface_hub import HfApi, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError, HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.utils import validate_repo_id
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from trl import get_quantization_config
@@ -53,18 +54,20 @@ def model_source(name: str) -> str:
             )
         if not any(next(path.glob(pattern), None) for pattern in _WEIGHT_PATTERNS):
             raise ConfigError(
-                f"model directory {path.resolve()} has a config.json but no weights (*.safetensors or "
-                "pytorch_model*.bin): was the download or save cut short?"
+                f"model directory {path.resolve()} has a config.json but no weights (*.safetensors, *.bin): "
+                "an unfinished download or save?"
             )
         return str(path)
     if _looks_like_path(name) or path.exists():
         raise ConfigError(f"model path {path.resolve()} does not exist")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ConfigError(f"{name!r} is neither a local directory nor a valid hub id (ORG/NAME)") from None
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return name  # in the local hub cache: loads offline
     try:
         HfApi().model_info(name, timeout=10)
-    except HFValidationError:
-        raise ConfigError(f"{name!r} is neither a local directory nor a valid hub id (ORG/NAME)") from None
     except RepositoryNotFoundError:
         raise ConfigError(f"no model {name!r} on the Hugging Face hub, and no local directory of that name") from None
     except _HUB_NETWORK_ERRORS as exc:

@@ -1,0 +1,175 @@
+"""Every kind of bad input a user can give, in both scripts: one line on stderr naming the problem,
+exit code 2, nothing on stdout, no output directory, and nothing slow (no model load) before it.
+
+The README's failure table shows these lines; each row here is one of its rows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants as hub_constants
+
+import evaluate as evaluate_cli
+import grpo_train
+from training import device as devices
+from training import modeling
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def no_weights(tmp: Path) -> Path:
+    return write(tmp / "half-downloaded" / "config.json", '{"model_type": "qwen2"}').parent
+
+
+def finished_checkpoint(tmp: Path) -> Path:
+    """An output dir holding a completely written checkpoint, as an interrupted run leaves it."""
+    write(tmp / "out" / "checkpoint-2" / "trainer_state.json", '{"global_step": 2}')
+    return tmp / "out"
+
+
+# (name, argv after "--output_dir OUT" with {tmp} for the test's directory, what the line must hold, setup)
+TRAIN_CASES = [
+    ("unknown profile", ["--profile", "gpu"], "unknown profile 'gpu' in --profile (did you mean cpu?)", None),
+    ("unknown option", ["--lerning_rate", "1e-5"], "unknown option '--lerning_rate'", None),
+    ("unknown config key", ["--config", "{tmp}/my.yaml"], "unknown key 'lora_rank'", "config"),
+    ("value of the wrong type", ["--learning_rate", "abc"], "invalid float value: 'abc'", None),
+    ("out of range: completion", ["--max-completion", "0"], "--max-completion must be at least 1", None),
+    ("out of range: batch", ["--per_device_train_batch_size", "-2"], "must be at least 1", None),
+    ("out of range: generations", ["--num_generations", "1"], "--num_generations must be at least 2", None),
+    ("missing model path", ["--model", "{tmp}/models/nope"], "does not exist", None),
+    ("model dir without weights", ["--model", "{tmp}/half-downloaded"], "has a config.json but no weights", "weights"),
+    ("not a hub id", ["--model", "bad id!"], "neither a local directory nor a valid hub id", None),
+    ("hub unreachable", ["--model", "Qwen/Qwen2.5-3B-Instrct"], "the Hugging Face hub is unreachable", "hub"),
+    ("4-bit without bitsandbytes", ["--load_in_4bit", "true"], "pip install bitsandbytes, or pass --no-4bit", "nobnb"),
+    ("4-bit on MPS", ["--profile", "mps", "--model", "tiny", "--load_in_4bit", "true"], "does not run on MPS", "mps"),
+    ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", None),
+    ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
+    ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
+    ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
+]
+
+
+def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
+    if kind == "config":
+        write(tmp / "my.yaml", "lora_rank: 4\n")
+    elif kind == "weights":
+        no_weights(tmp)
+    elif kind == "hub":  # a real connection refused, on loopback: the path a user without network takes
+        monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")
+        monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    elif kind == "nobnb":
+        real = modeling.importlib.util.find_spec
+        monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))
+    elif kind == "mps":
+        monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
+    elif kind == "rows":  # line 1 blank, line 3 a history the secret would not produce
+        write(tmp / "rows.jsonl", '\n{"secret": "SLATE", "past_guess_history": []}\n'
+              '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n')
+    elif kind == "broken":
+        write(tmp / "broken.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SL\n')
+
+
+def one_line_error(capsys, code: int, tmp: Path | None = None) -> str:
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert captured.out == "", f"stdout must stay empty on an error: {captured.out!r}"
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    # Under 200 characters besides the paths the user gave (pytest's own are long).
+    length = len(lines[0].replace(str(tmp), "TMP")) if tmp else len(lines[0])
+    assert length < 200, f"{length} characters: {lines[0]}"
+    return lines[0]
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Fail the test if a model would load or a game would be played before the error."""
+
+    def slow(*args, **kwargs):
+        raise AssertionError("validation must come before anything slow")
+
+    for name in ("load_model", "load_tokenizer", "evaluate_model", "build_rows"):
+        monkeypatch.setattr(grpo_train, name, slow)
+
+
+@pytest.mark.parametrize(("name", "argv", "expected", "setup"), TRAIN_CASES, ids=[c[0] for c in TRAIN_CASES])
+def test_grpo_train_bad_input_is_one_line(name, argv, expected, setup, tmp_path, monkeypatch, capsys, no_loading):
+    _setup(setup, tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    line = one_line_error(capsys, grpo_train.main(["--profile", "cpu", "--output_dir", str(out), *args]), tmp_path)
+    assert expected in line
+    assert not out.exists(), "a run that fails validation must not create its output dir"
+
+
+def test_existing_checkpoints_are_refused_and_left_alone(tmp_path, capsys, no_loading):
+    out = finished_checkpoint(tmp_path)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    line = one_line_error(capsys, grpo_train.main(["--profile", "cpu", "--output_dir", str(out)]), tmp_path)
+    assert "already holds checkpoints (newest checkpoint-2); pass --resume" in line
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_the_model_is_checked_before_the_output_dir(tmp_path, capsys, no_loading):
+    # Fix what is first in a user's command first: a typo'd model, not "already holds checkpoints".
+    out = finished_checkpoint(tmp_path)
+    line = one_line_error(capsys, grpo_train.main(["--output_dir", str(out), "--model", str(tmp_path / "typo")]), tmp_path)
+    assert "does not exist" in line
+
+
+EVALUATE_CASES = [
+    ("adapter dir missing", ["--adapter", "{tmp}/no-such-run"], "adapter directory", "does not exist"),
+    ("adapter dir not an adapter", ["--adapter", "{tmp}"], "no adapter_config.json", ""),
+    ("model dir without weights", ["--model", "{tmp}/half-downloaded"], "no weights", ""),
+    ("hub unreachable", ["--model", "someorg/some-model"], "hub is unreachable", ""),
+    ("value of the wrong type", ["--games", "many"], "invalid int value", ""),
+    ("out of range", ["--max_new_tokens", "0"], "--max_new_tokens must be at least 1", ""),
+    ("unknown option", ["--frobnicate", "1"], "unknown argument '--frobnicate'", ""),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "expected", "also"), EVALUATE_CASES, ids=[c[0] for c in EVALUATE_CASES])
+def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, monkeypatch, capsys):
+    no_weights(tmp_path)
+    _setup("hub", tmp_path, monkeypatch)
+    monkeypatch.setattr(evaluate_cli, "evaluate_model", lambda *a, **k: pytest.fail("played before validating"))
+    out = tmp_path / "eval-out"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    line = one_line_error(capsys, evaluate_cli.main([*args, "--out", str(out)]), tmp_path)
+    assert expected in line and also in line
+    assert not out.exists()
+
+
+def test_hub_offline_mode_and_no_library_notices_in_a_fresh_process(tmp_path):
+    """As a user's shell runs it: nothing printed at import (bitsandbytes' kernel notice included), one line."""
+    proc = subprocess.run(
+        [sys.executable, "grpo_train.py", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--load_in_4bit", "true",
+         "--output_dir", str(tmp_path / "out")],
+        cwd=ROOT,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+    assert "hub is unreachable" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_help_fits_a_screen_and_help_all_lists_every_option(capsys):
+    assert grpo_train.main(["--help"]) == 0
+    short = capsys.readouterr().out
+    assert short.startswith("Train a LoRA adapter") and "--max_completion" in short and "--help-all" in short
+    assert len(short.splitlines()) < 80 and "default: auto" in short
+    assert grpo_train.main(["--help-all"]) == 0
+    assert "--learning_rate" in capsys.readouterr().out

@@ -47,13 +47,17 @@ logger = logging.getLogger("evaluate")
 class EvalArguments:
     model: str | None = field(
         default=None,
-        metadata={"help": "'tiny' (the embedded model), a hub id or a local directory (default: the adapter's run's, "
-                  "else tiny)"},
+        metadata={
+            "help": "'tiny' (the embedded model), a hub id or a local directory (default: the adapter's run's, "
+            "else tiny)"
+        },
     )
     adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory (grpo_train's output_dir)"})
     games: int | None = field(
         default=None,
-        metadata={"help": "games to play, spread over the 300 held-out secrets (default: the adapter's run's, else 300)"},
+        metadata={
+            "help": "games to play, spread over the 300 held-out secrets (default: the adapter's run's, else 300)"
+        },
     )
     sample: bool = field(default=False, metadata={"help": "sample replies (default: greedy)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (with --sample)"})

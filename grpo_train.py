@@ -134,10 +134,14 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     if script.resume and newest is None:
         raise ConfigError(f"--resume: no complete checkpoint in {out}; run without --resume to start afresh")
     if not script.resume and newest is not None:
-        hint = "pass --merge to merge its adapter, or --resume with a higher --max_steps" if finished else (
-            "pass --resume to continue"
+        hint = (
+            "pass --merge to merge its adapter, or --resume with a higher --max_steps"
+            if finished
+            else ("pass --resume to continue")
         )
-        raise ConfigError(f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir")
+        raise ConfigError(
+            f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir"
+        )
     if done and not finished:
         raise ConfigError(
             f"{newest[0]} reached max_steps ({max_steps}) but the run stopped before saving to {out}: its adapter is "

@@ -73,8 +73,11 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
     elif kind == "mps":
         monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
     elif kind == "rows":  # line 1 blank, line 3 a history the secret would not produce
-        write(tmp / "rows.jsonl", '\n{"secret": "SLATE", "past_guess_history": []}\n'
-              '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n')
+        write(
+            tmp / "rows.jsonl",
+            '\n{"secret": "SLATE", "past_guess_history": []}\n'
+            '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n',
+        )
     elif kind == "broken":
         write(tmp / "broken.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SL\n')
 
@@ -123,7 +126,9 @@ def test_existing_checkpoints_are_refused_and_left_alone(tmp_path, capsys, no_lo
 def test_the_model_is_checked_before_the_output_dir(tmp_path, capsys, no_loading):
     # Fix what is first in a user's command first: a typo'd model, not "already holds checkpoints".
     out = finished_checkpoint(tmp_path)
-    line = one_line_error(capsys, grpo_train.main(["--output_dir", str(out), "--model", str(tmp_path / "typo")]), tmp_path)
+    line = one_line_error(
+        capsys, grpo_train.main(["--output_dir", str(out), "--model", str(tmp_path / "typo")]), tmp_path
+    )
     assert "does not exist" in line
 
 
@@ -153,8 +158,16 @@ def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, mo
 def test_hub_offline_mode_and_no_library_notices_in_a_fresh_process(tmp_path):
     """As a user's shell runs it: nothing printed at import (bitsandbytes' kernel notice included), one line."""
     proc = subprocess.run(
-        [sys.executable, "grpo_train.py", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--load_in_4bit", "true",
-         "--output_dir", str(tmp_path / "out")],
+        [
+            sys.executable,
+            "grpo_train.py",
+            "--model",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "--load_in_4bit",
+            "true",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
         cwd=ROOT,
         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
         capture_output=True,

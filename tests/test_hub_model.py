@@ -1,0 +1,180 @@
+"""The path every real user takes, offline: a Qwen2 saved beside Qwen's real tokenizer (byte-level
+BPE, a chat template with tool support, eos <|im_end|>, a 151,936-row output layer), trained,
+evaluated, merged and quantized exactly as a hub model would be (the ``qwen_dir`` fixture)."""
+
+from __future__ import annotations
+
+import shutil
+
+import bitsandbytes as bnb
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import evaluate as evaluate_cli
+import grpo_train
+from evaluation.report import read_json
+from training.config import resolve
+from wordle import render_prompt
+
+FAST = [
+    "--profile",
+    "cpu",
+    "--train_rows",
+    "8",
+    "--per_device_train_batch_size",
+    "4",
+    "--num_generations",
+    "4",
+    "--max_steps",
+    "1",
+    "--save_steps",
+    "1",
+    "--disable_tqdm",
+    "true",
+    "--eval_games",
+    "2",
+    "--seed",
+    "5",
+]
+
+
+def trained_one_step(trainer) -> bool:
+    # A random model's replies all fail alike, so every advantage is 0 and LoRA cannot move: the
+    # step itself is what is checked here (tests/test_train.py checks that LoRA learns, on tiny).
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return trainer.state.global_step == 1 and len(logs) == 1 and "rewards/format_reward/mean" in logs[0]
+
+
+# --- prompts and replies with the real tokenizer ----------------------------------------------------
+
+HISTORY = [("SOARE", "BBYBB"), ("CLINT", "BBYBG"), ("DIGIT", "BYBBG"), ("PUKKA", "BBBBB"), ("WHIPT", "BBGBG")]
+
+
+@pytest.mark.parametrize(("turn", "low", "high"), [(1, 115, 130), (6, 205, 230)])
+def test_prompt_token_counts(qwen_dir, turn, low, high):
+    tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
+    ids = tokenizer.apply_chat_template(
+        render_prompt(HISTORY[: turn - 1]), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert low <= len(ids) <= high, len(ids)
+
+
+@pytest.mark.parametrize(
+    ("reply", "low", "high"),
+    [
+        ("<think></think><guess>CRANE</guess>", 10, 10),  # plus eos: 11
+        ("<think>S, O, R, A and E are out, so I try five new letters.</think><guess>CLINT</guess>", 22, 30),
+        (
+            (
+                "<think>S, O, R, A and E are out and T is fifth. I is in the word but not third, so I try "
+                "letters I have not used yet, with I first.</think><guess>IDIOT</guess>"
+            ),
+            45,
+            60,
+        ),
+    ],
+)
+def test_reply_token_counts(qwen_dir, reply, low, high):
+    tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
+    assert low <= len(tokenizer(reply, add_special_tokens=False)["input_ids"]) <= high
+
+
+# --- the cpu profile for a hub model -----------------------------------------------------------------
+
+
+def test_cpu_profile_gives_a_hub_model_its_own_settings_and_says_so(qwen_dir, capsys):
+    assert grpo_train.main(["--profile", "cpu", "--model", str(qwen_dir), "--dry-run"]) == 0
+    out = yaml.safe_load(capsys.readouterr().out)
+    assert out["generation"]["max_completion_length"] >= 128
+    assert {"q_proj", "k_proj"} <= set(out["lora"]["target_modules"])
+    assert out["grpo_config"]["learning_rate"] < 5e-4
+    assert any("not the embedded model" in note and "max_completion_length 16" in note for note in out["notes"])
+    assert grpo_train.main(["--profile", "cpu", "--dry-run"]) == 0
+    tiny = yaml.safe_load(capsys.readouterr().out)
+    assert tiny["generation"]["max_completion_length"] == 16
+    assert any(
+        note.startswith("model tiny: the profile's settings for the embedded model apply") for note in tiny["notes"]
+    )
+
+
+# --- training, evaluation, merging ------------------------------------------------------------------
+
+
+def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(qwen_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = [*FAST, "--model", str(qwen_dir), "--max-completion", "24", "--output_dir", str(out), "--merge", "true"]
+    trainer = grpo_train.train(resolve(argv))
+    assert trained_one_step(trainer)
+    _, before = read_json(out / "eval" / "before.json")
+    _, [after] = read_json(out / "eval" / "after.json")
+    assert before[0].metrics["games"] == after.metrics["games"] == 2
+
+    # The merged model: a standalone model in the base's own dtype (bf16), not the profile's fp32.
+    merged = AutoModelForCausalLM.from_pretrained(out / "merged", dtype="auto")
+    assert merged.dtype == torch.bfloat16 and not any("lora_" in n for n, _ in merged.named_parameters())
+    assert AutoTokenizer.from_pretrained(out / "merged").eos_token == "<|im_end|>"
+
+    # --resume on the finished run trains nothing and changes nothing.
+    state = (out / "checkpoint-1" / "trainer_state.json").read_text()
+    files = sorted(p.name for p in out.iterdir())
+    assert grpo_train.main([*argv[:-2], "--resume"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == files and not (out / "checkpoint-2").exists()
+    assert (out / "checkpoint-1" / "trainer_state.json").read_text() == state
+    assert "is complete" in capsys.readouterr().err
+
+    # --merge on the finished run merges without training.
+    shutil.rmtree(out / "merged")
+    assert grpo_train.main(argv) == 0
+    assert (out / "merged" / "config.json").is_file() and not (out / "checkpoint-2").exists()
+
+    # evaluate.py --adapter OUT replays the run's own evaluation: same games, model, tokens and seed.
+    assert evaluate_cli.main(["--adapter", str(out), "--no_baselines", "--out", str(tmp_path / "again")]) == 0
+    settings, [again] = read_json(tmp_path / "again" / "eval.json")
+    assert settings["max_new_tokens"] == 24 and settings["seed"] == 5 and settings["model"] == str(qwen_dir)
+    assert [g.to_dict() for g in again.games] == [g.to_dict() for g in after.games]
+
+
+def test_qlora_4bit_trains_after_the_evaluation_on_cpus_that_repack_for_inference(qwen_dir, tmp_path, monkeypatch):
+    """bitsandbytes repacks 4-bit weights into an inference-only layout on the first eval-mode forward
+    on CPUs with AVX512-BF16/AMX; the evaluation before training is such a forward. Made to happen on
+    any CPU here, the way those CPUs do it: Linear4bit reads has_avx512bf16() when it is built."""
+    monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: True)
+    probe = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.float32, quant_type="nf4")
+    probe.weight = bnb.nn.Params4bit(torch.randn(64, 64), requires_grad=False, quant_type="nf4", module=probe)
+    probe.to("cpu").eval()
+    with torch.no_grad():
+        probe(torch.randn(2, 64))
+    assert probe.weight.quant_state.packing_format_for_cpu, "the test no longer reaches bitsandbytes' repacking"
+
+    out = tmp_path / "out"
+    argv = [
+        *FAST,
+        "--model",
+        str(qwen_dir),
+        "--max-completion",
+        "16",
+        "--load_in_4bit",
+        "true",
+        "--output_dir",
+        str(out),
+    ]
+    trainer = grpo_train.train(resolve(argv))
+    quantized = [m for m in trainer.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert quantized and all(m.weight.quant_state.quant_type == "nf4" for m in quantized)
+    assert not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in quantized)
+    assert (out / "eval" / "before.json").is_file() and trained_one_step(trainer)
+
+
+# --- evaluate.py on the hub-model path ----------------------------------------------------------------
+
+
+def test_evaluate_plays_a_hub_model_with_and_without_the_constraint(qwen_dir, tmp_path):
+    argv = ["--model", str(qwen_dir), "--games", "2", "--max_new_tokens", "24", "--no_baselines"]
+    assert evaluate_cli.main([*argv, "--constrain", "allowed", "--out", str(tmp_path / "e")]) == 0
+    settings, [free, constrained] = read_json(tmp_path / "e" / "eval.json")
+    assert settings["seed"] == 42  # the trainer's default seed, so a run's table and this one agree
+    assert free.metrics["games"] == constrained.metrics["games"] == 2
+    assert constrained.metrics["format_failure_rate"]["rate"] == 0.0
+    assert constrained.metrics["nonword_rate"]["rate"] == 0.0

@@ -26,6 +26,7 @@ from transformers import HfArgumentParser
 from evaluation.play import CONSTRAIN_CHOICES
 from evaluation.report import (
     console,
+    load_log_history,
     markdown,
     pick_replays,
     plot_guess_histogram,
@@ -123,11 +124,10 @@ def parse(argv: list[str]) -> EvalArguments:
     if args.sample and args.temperature <= 0:
         raise ConfigError(f"--temperature must be positive when sampling, got {args.temperature}")
     if args.train_log is not None:
-        log = Path(args.train_log)
-        if not (log.is_file() or (log / "trainer_state.json").is_file()):
-            raise ConfigError(
-                f"--train_log {log.resolve()} is neither a trainer_state.json nor a directory holding one"
-            )
+        try:
+            load_log_history(args.train_log)  # read now, so a bad file fails before any game is played
+        except ValueError as exc:
+            raise ConfigError(f"--train_log {exc}") from None
     return args
 
 

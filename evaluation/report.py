@@ -305,9 +305,10 @@ def load_log_history(source: str | Path | Sequence[dict[str, Any]]) -> list[dict
     except UnicodeDecodeError:
         raise ValueError(f"{problem}: not text") from None
     history = data.get("log_history") if isinstance(data, dict) else data
+    if isinstance(data, dict) and not isinstance(history, list):
+        raise ValueError(f"{problem}: an object without a log_history list")
     if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-        found = "an object without a log_history list" if isinstance(data, dict) else "not a list of log objects"
-        raise ValueError(f"{problem}: {found}")
+        raise ValueError(f"{problem}: not a list of log objects")
     return history
 
 

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import sys
 import warnings
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from evaluation.report import (
     PlayerResult,
     console,
     markdown,
+    markdown_table,
     plot_guess_histogram,
     plot_reward_curves,
     read_json,
@@ -47,6 +49,7 @@ from evaluation.report import (
 )
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
+from training.card import make_adapter_config_portable, write_model_card
 from training.cli import help_requested, run_cli
 from training.config import CONFIG_FILE, ConfigError, Resolved, ScriptArguments, make_parser, resolve, to_yaml
 from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
@@ -247,13 +250,22 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 
     # Save: the adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config.
     trainer.save_model(str(out))
+    make_adapter_config_portable(out, resolved.model.model_name_or_path)
     tokenizer.save_pretrained(str(out))
     (out / CONFIG_FILE).write_text(to_yaml(resolved))
     logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
     if script.merge:
         merge(resolved, run)
-    if before is not None:
-        evaluate_end(resolved, trainer, tokenizer, out, before)
+    results = None if before is None else evaluate_end(resolved, trainer, tokenizer, out, before)
+    write_model_card(
+        out,
+        base_model=resolved.model.model_name_or_path,
+        profile=script.profile,
+        command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
+        rewards=dict(zip(script.rewards, args.reward_weights, strict=True)),
+        steps=trainer.state.global_step,
+        eval_markdown_table=None if results is None else markdown_table(results),
+    )
     return trainer
 
 
@@ -302,7 +314,7 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
     return results
 
 
-def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list[PlayerResult]) -> None:
+def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list[PlayerResult]) -> list[PlayerResult]:
     """The trained model's games, the before/after table, and the files under ``eval/``."""
     directory = out / EVAL_DIR
     after = _play(resolved, trainer.model, tokenizer, "after")
@@ -310,13 +322,15 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     results = [before[0], after, *before[1:]]
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     plot_guess_histogram(results, directory / "guesses.png")
-    plot_reward_curves(trainer.state.log_history, directory / "rewards.png")
+    weights = dict(zip(resolved.script.rewards, resolved.training.reward_weights, strict=True))
+    plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=weights)
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
     (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
     console().print(rich_table(results, title=f"Before and after training, {after.metrics['games']} full games"))
     logger.info(
         "evaluation: win rate %.3f before, %.3f after; files in %s", before[0].win_rate, after.win_rate, directory
     )
+    return results
 
 
 def _oom_message(resolved: Resolved) -> str:

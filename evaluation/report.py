@@ -144,6 +144,12 @@ def table_rows(results: Sequence[PlayerResult], ci: bool = True) -> list[list[st
     return rows
 
 
+def markdown_table(results: Sequence[PlayerResult]) -> str:
+    """The Markdown table alone: one row per player, 95% CIs in brackets."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in table_rows(results))])
+
+
 def markdown(
     results: Sequence[PlayerResult], title: str = "Wordle evaluation", replays: int = 3, notes: Sequence[str] = ()
 ) -> str:
@@ -160,9 +166,7 @@ def markdown(
         "",
         *[f"- {n}" for n in notes],
         *([""] if notes else []),
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-        *("| " + " | ".join(row) + " |" for row in table_rows(results)),
+        markdown_table(results),
     ]
     for r in results:
         if r.kind == "baseline" or replays <= 0:

@@ -4,6 +4,7 @@ evaluated, merged and quantized exactly as a hub model would be (the ``qwen_dir`
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import bitsandbytes as bnb
@@ -107,6 +108,9 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(qwe
     argv = [*FAST, "--model", str(qwen_dir), "--max-completion", "24", "--output_dir", str(out), "--merge", "true"]
     trainer = grpo_train.train(resolve(argv))
     assert trained_one_step(trainer)
+    card = (out / "README.md").read_text()
+    assert "[None]" not in card and "python grpo_train.py --profile cpu" in card and "| before |" in card
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(qwen_dir)
     _, before = read_json(out / "eval" / "before.json")
     _, [after] = read_json(out / "eval" / "after.json")
     assert before[0].metrics["games"] == after.metrics["games"] == 2
@@ -129,8 +133,12 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(qwe
     assert grpo_train.main(argv) == 0
     assert (out / "merged" / "config.json").is_file() and not (out / "checkpoint-2").exists()
 
-    # evaluate.py --adapter OUT replays the run's own evaluation: same games, model, tokens and seed.
-    assert evaluate_cli.main(["--adapter", str(out), "--no_baselines", "--out", str(tmp_path / "again")]) == 0
+    # The README's command to redo the table replays the run's own evaluation: same games, model,
+    # tokens and seed, and the reward curves from the run's log history.
+    log = out / "eval" / "log_history.json"
+    argv = ["--adapter", str(out), "--no_baselines", "--out", str(tmp_path / "again"), "--train_log", str(log)]
+    assert evaluate_cli.main(argv) == 0
+    assert (tmp_path / "again" / "rewards.png").is_file()
     settings, [again] = read_json(tmp_path / "again" / "eval.json")
     assert settings["max_new_tokens"] == 24 and settings["seed"] == 5 and settings["model"] == str(qwen_dir)
     assert [g.to_dict() for g in again.games] == [g.to_dict() for g in after.games]

@@ -126,6 +126,7 @@ class Resolved:
     model: ModelConfig
     notes: list[str]
     changed: dict[str, dict[str, Any]]  # per dataclass, the fields set to something other than the default
+    argv: list[str] = field(default_factory=list)  # the command line it was resolved from
 
     @property
     def quantized(self) -> bool:
@@ -372,7 +373,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     if "vllm_structured_outputs_regex" in changed["grpo_config"]:  # 80 kB of words: summarised, not printed
         regex = changed["grpo_config"]["vllm_structured_outputs_regex"]
         changed["grpo_config"]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
-    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed)
+    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
 
 
 def _absent_message(device: str, profile: str) -> str:

@@ -140,11 +140,10 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     if script.resume and newest is None:
         raise ConfigError(f"--resume: no complete checkpoint in {out}; run without --resume to start afresh")
     if not script.resume and newest is not None:
-        hint = (
-            "pass --merge to merge its adapter, or --resume with a higher --max_steps"
-            if finished
-            else ("pass --resume to continue")
-        )
+        if finished:
+            hint = "pass --merge to merge its adapter, or --resume with a higher --max_steps"
+        else:
+            hint = "pass --resume to continue"
         raise ConfigError(
             f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir"
         )
@@ -262,7 +261,7 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         base_model=resolved.model.model_name_or_path,
         profile=script.profile,
         command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
-        rewards=dict(zip(script.rewards, args.reward_weights, strict=True)),
+        rewards=resolved.weights,
         steps=trainer.state.global_step,
         eval_markdown_table=None if results is None else markdown_table(results),
     )
@@ -322,8 +321,7 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     results = [before[0], after, *before[1:]]
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     plot_guess_histogram(results, directory / "guesses.png")
-    weights = dict(zip(resolved.script.rewards, resolved.training.reward_weights, strict=True))
-    plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=weights)
+    plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
     (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
     console().print(rich_table(results, title=f"Before and after training, {after.metrics['games']} full games"))

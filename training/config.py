@@ -132,6 +132,11 @@ class Resolved:
     def quantized(self) -> bool:
         return bool(self.model.load_in_4bit or self.model.load_in_8bit)
 
+    @property
+    def weights(self) -> dict[str, float]:
+        """Each reward the run uses, with its weight."""
+        return dict(zip(self.script.rewards, self.training.reward_weights, strict=True))
+
 
 def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
@@ -464,7 +469,7 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "optimizer": _plain(t.optim),
             "mps_empty_cache_steps": s.mps_empty_cache_steps,
         },
-        "rewards": dict(zip(s.rewards, t.reward_weights, strict=True)),
+        "rewards": resolved.weights,
         # What evaluate.py --adapter OUTPUT_DIR reads back, so that it replays the run's own evaluation.
         "evaluation": {
             "before_and_after": not s.skip_eval,

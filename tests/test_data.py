@@ -87,19 +87,20 @@ def test_course_csv_import(tmp_path):
 
 BAD_ROWS = [
     # (row, message fragment): each names the row and the field
-    ({"past_guess_history": []}, "row 1: missing field 'secret'"),
-    ({"secret": "CRANE"}, "row 1: missing field 'past_guess_history'"),
-    ({"secret": "CRAN", "past_guess_history": []}, "row 1: secret 'CRAN'"),
-    ({"secret": "SLATE", "past_guess_history": "CRANE"}, "row 1: past_guess_history must be a list"),
-    ({"secret": "SLATE", "past_guess_history": [["CRANE"]]}, "row 1: past_guess_history entry"),
-    ({"secret": "SLATE", "past_guess_history": [["CRANE", "GGXGG"]]}, "row 1: past_guess_history pattern"),
-    ({"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}, "row 1: past_guess_history says CRANE"),
-    ({"secret": "SLATE", "past_guess_history": [["SLATE", "GGGGG"]]}, "row 1: past_guess_history is a finished"),
+    ({"past_guess_history": []}, "line 2: missing field 'secret'"),
+    ({"secret": "CRANE"}, "line 2: missing field 'past_guess_history'"),
+    ({"secret": "CRAN", "past_guess_history": []}, "line 2: secret 'CRAN'"),
+    ({"secret": "SLATE", "past_guess_history": "CRANE"}, "line 2: past_guess_history must be a list"),
+    ({"secret": "SLATE", "past_guess_history": [["CRANE"]]}, "line 2: past_guess_history entry"),
+    ({"secret": "SLATE", "past_guess_history": [["CRANE", "GGXGG"]]}, "line 2: past_guess_history pattern"),
+    ({"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}, "line 2: past_guess_history says CRANE"),
+    ({"secret": "SLATE", "past_guess_history": [["SLATE", "GGGGG"]]}, "line 2: past_guess_history is a finished"),
 ]
 
 
 @pytest.mark.parametrize(("bad", "message"), BAD_ROWS)
 def test_malformed_row_names_row_and_field(tmp_path, bad, message):
+    # The bad row is the file's second line: named as a user counts lines, not by a 0-based index.
     good = {"secret": "SLATE", "past_guess_history": []}
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in (good, bad)) + "\n")
@@ -110,7 +111,7 @@ def test_malformed_row_names_row_and_field(tmp_path, bad, message):
 def test_course_csv_with_garbled_history(tmp_path):
     path = tmp_path / "course.csv"
     path.write_text("secret,past_guess_history\nBRINE,\"[['CRANE', 'C(x) R(?) A(x) N(-) E(✓)']]\"\n")
-    with pytest.raises(ValueError, match="row 0: past_guess_history"):
+    with pytest.raises(ValueError, match="line 2: past_guess_history"):  # line 1 is the header
         load_rows(path)
 
 

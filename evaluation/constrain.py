@@ -1,13 +1,24 @@
-"""Constrained decoding: once a reply has opened ``<guess>``, only a listed word can follow.
+"""Constrained decoding: the whole reply is ``<think>…</think><guess>WORD</guess>``, WORD a listed word.
 
-Two forms of the same constraint:
+Two forms of the same grammar:
 
-- :class:`GuessConstraint` builds a transformers ``LogitsProcessor`` for ``model.generate``. It
-  works for any tokenizer (the letter-level tiny one, BPE hub ones): every token's text is
-  decoded once, and each step keeps only the tokens whose text extends the reply after
-  ``<guess>`` along a path of a trie of ``WORD</guess>`` strings, per row. The words are every
-  allowed word, or one row's own list (its game's remaining candidates).
-- :func:`guess_regex` is the whole reply as a regex, for TRL's ``vllm_structured_outputs_regex``.
+- :func:`guess_regex` is the reply as a regex, for TRL's ``vllm_structured_outputs_regex``.
+- :class:`GuessConstraint` builds a transformers ``LogitsProcessor`` for ``model.generate`` that
+  follows it token by token, for any tokenizer whose tokens decode the same alone as in a sequence
+  (the letter-level tiny one, byte-level BPE): the reply opens with ``<think>``; the think is free
+  text without ``<``, so it holds no tag; a ``<`` starts ``</think><guess>``, then a listed word in
+  upper case (every allowed word, or one row's own list: its game's remaining candidates),
+  ``</guess>`` and eos. The think closes in time: once the tokens left only just hold
+  ``</think><guess>``, the longest listed word and ``</guess>`` + eos, each in its fewest tokens,
+  free text is masked; and no token may leave fewer tokens than the reply still needs. So every
+  constrained reply parses as a listed word, whatever the weights, for any ``max_new_tokens`` that
+  holds ``<think></think><guess>WORD</guess>`` + eos with the longest allowed word (a smaller one is
+  an error).
+
+Per tokenizer, each token's text is decoded once: the free-text tokens are one boolean vector, and
+the other texts go into a trie. Per word list, the grammar after the think is a character DAG (the
+words' trie, then one shared ``</guess>``); walking it in step with the token trie gives each
+state's tokens and, bottom up, the fewest tokens that finish the reply from each state.
 
 A constrained model is a different player from the model itself: results are reported as their
 own row, never as the model's skill.
@@ -15,6 +26,7 @@ own row, never as the model's skill.
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -25,116 +37,242 @@ from transformers import LogitsProcessor
 from wordle import allowed, normalize_word
 from wordle.completion import GUESS_CLOSE, GUESS_OPEN, THINK_CLOSE, THINK_OPEN
 
-_END = ""  # trie key of what ends at a node (token ids, or True for a complete target)
-_MAX_CACHED_TRIES = 4096
-_ALPHABET = frozenset(string.ascii_letters + GUESS_CLOSE)  # every character of every target
+_MAX_CACHED_GRAMMARS = 4096  # word lists: a run meets many candidate lists, most of them short
+_TAIL_ALPHABET = frozenset(string.ascii_letters + THINK_CLOSE + GUESS_OPEN + GUESS_CLOSE)
 
 
 def guess_regex(words: Iterable[str] | None = None) -> str:
     """A regex for a whole reply ``<think>…</think><guess>WORD</guess>``, WORD one of ``words``
-    (default: every allowed word). The think holds no ``<``, so it cannot hold a tag."""
+    (default: every allowed word) in upper case. The think holds no ``<``, so it cannot hold a tag."""
+    return f"{THINK_OPEN}[^<]*{THINK_CLOSE}{GUESS_OPEN}({'|'.join(_words(words))}){GUESS_CLOSE}"
+
+
+def _words(words: Iterable[str] | None) -> list[str]:
+    """The listed words, upper case (as the prompt shows them), sorted, once each."""
     listed = allowed() if words is None else words
-    normalized = sorted({_word(w) for w in listed})
+    normalized = set()
+    for text in listed:
+        word = normalize_word(text)
+        if word is None:
+            raise ValueError(f"expected a five-letter ASCII word, got {text!r}")
+        normalized.add(word)
     if not normalized:
-        raise ValueError("guess_regex needs at least one word")
-    return f"{THINK_OPEN}[^<]*{THINK_CLOSE}{GUESS_OPEN}({'|'.join(normalized)}){GUESS_CLOSE}"
+        raise ValueError("constrained decoding needs at least one word")
+    return sorted(normalized)
 
 
-def _word(text: str) -> str:
-    word = normalize_word(text)
-    if word is None:
-        raise ValueError(f"expected a five-letter ASCII word, got {text!r}")
-    return word
+class _State:
+    """A state of the grammar: the character -> state edges, and the fewest tokens (eos included)
+    that finish the reply from here, with the tokens that lead on."""
+
+    __slots__ = ("cost", "moves", "next", "table")
+
+    def __init__(self, next: dict[str, _State] | None = None, cost: float | None = None) -> None:
+        self.next = {} if next is None else next
+        self.cost = cost
+        self.moves: list[tuple[list[int], _State]] | None = None  # (token ids, the state they lead to)
+        self.table: tuple[torch.Tensor, torch.Tensor] | None = None  # moves as (ids, costs), once visited
 
 
-def _targets_trie(words: Iterable[str]) -> dict:
-    """A character trie of ``WORD</guess>`` for each word, in upper and lower case (both parse)."""
-    root: dict = {}
-    for w in words:
-        word = _word(w)
-        for spelling in {word, word.lower()}:
-            node = root
-            for ch in spelling + GUESS_CLOSE:
-                node = node.setdefault(ch, {})
-            node[_END] = True
-    return root
+def _chain(text: str, end: _State) -> _State:
+    """States spelling ``text``, then ``end``."""
+    for ch in reversed(text):
+        end = _State({ch: end})
+    return end
+
+
+class _Tokens:
+    """A trie of token texts: ``ids`` are the tokens whose text ends here."""
+
+    __slots__ = ("ids", "next")
+
+    def __init__(self) -> None:
+        self.next: dict[str, _Tokens] = {}
+        self.ids: list[int] = []
 
 
 class GuessConstraint:
-    """Precomputed per tokenizer: each token's decoded text, in a trie. :meth:`for_batch` makes the processor."""
+    """Precomputed per tokenizer: each token's text. :meth:`for_batch` makes the processor."""
 
     def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int]) -> None:
         self.tokenizer = tokenizer
-        self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
-        # Only tokens made of characters some target holds can ever be allowed.
-        self.token_trie: dict = {}
+        # Special tokens decode to nothing: they are never free text.
+        self.free = torch.tensor([bool(t) and "<" not in t for t in texts])
+        self.tokens = _Tokens()  # the tokens that can be part of "</think><guess>WORD</guess>"
+        self.opening: list[tuple[int, str]] = []  # the tokens holding a "<": only they can close the think
+        # spelling[k]: the tokens that go on from the first k characters of "<think>": they write a
+        # prefix of the rest, or all of it and more.
+        self.spelling: list[list[tuple[int, str]]] = [[] for _ in THINK_OPEN]
         for token_id, text in enumerate(texts):
-            if text and set(text) <= _ALPHABET:
-                node = self.token_trie
+            if not text:
+                continue
+            if set(text) <= _TAIL_ALPHABET:
+                node = self.tokens
                 for ch in text:
-                    node = node.setdefault(ch, {})
-                node.setdefault(_END, []).append(token_id)
-        self._tries: dict[tuple[str, ...] | None, dict] = {}
-        self._allowed_ids: dict[tuple[int, str], torch.Tensor] = {}
+                    child = node.next.get(ch)
+                    if child is None:
+                        child = node.next[ch] = _Tokens()
+                    node = child
+                node.ids.append(token_id)
+            if "<" in text:
+                self.opening.append((token_id, text))
+            if text[0] in THINK_OPEN:
+                for k in range(len(THINK_OPEN)):
+                    if text.startswith(THINK_OPEN[k:]) or THINK_OPEN.startswith(text, k):
+                        self.spelling[k].append((token_id, text))
+        ended = _State(cost=0)
+        self.done = _State(cost=1)  # "</guess>" written: only eos may follow
+        self.done.moves = [(sorted(set(eos_token_ids)), ended)]
+        self.guess_close = _chain(GUESS_CLOSE, self.done)  # shared by every word list
+        self._grammars: dict[tuple[str, ...] | None, Grammar] = {}
+        self._word_tokens = {word: self.fewest_tokens(word) for word in _words(None)}
+        # Every word list (a game's candidates too) is some allowed words: a budget that holds an empty
+        # think and the longest allowed word holds a reply for any list.
+        self.longest_reply = self.fewest_tokens(THINK_OPEN) + self.close_at(_words(None))
 
-    def trie(self, words: tuple[str, ...] | None) -> dict:
-        """The target trie of ``words`` (None: every allowed word), cached: a batch repeats states."""
-        if words not in self._tries:
-            if len(self._tries) >= _MAX_CACHED_TRIES:
-                self._tries.clear()
-                self._allowed_ids.clear()
-            self._tries[words] = _targets_trie(allowed() if words is None else words)
-        return self._tries[words]
+    def grammar(self, words: tuple[str, ...] | None) -> Grammar:
+        """The grammar of ``words`` (None: every allowed word), cached: a batch repeats states."""
+        if words not in self._grammars:
+            if len(self._grammars) >= _MAX_CACHED_GRAMMARS:
+                self._grammars.clear()
+            self._grammars[words] = Grammar(self, _words(words))
+        return self._grammars[words]
 
-    def allowed_ids(self, trie: dict, written: str) -> torch.Tensor:
-        """Token ids that keep ``written`` (the text after ``<guess>``) on a path of ``trie``;
-        the eos ids once a target is complete, or when nothing fits (the reply then fails to parse)."""
-        key = (id(trie), written)
-        if key not in self._allowed_ids:
-            node = trie
-            for ch in written:
-                node = node.get(ch)
+    def fewest_tokens(self, text: str) -> float:
+        """The fewest tokens that write ``text`` (of the characters in the trie), inf if none can."""
+        best = [math.inf] * len(text) + [0]
+        for start in reversed(range(len(text))):
+            node = self.tokens
+            for end in range(start, len(text)):
+                node = node.next.get(text[end])
                 if node is None:
                     break
-            if node is None or node.get(_END):
-                ids = self.eos
+                if node.ids:
+                    best[start] = min(best[start], 1 + best[end + 1])
+        return best[0]
+
+    def close_at(self, words: list[str]) -> float:
+        """Tokens that hold "</think><guess>", the longest of ``words`` and "</guess>", each in its fewest
+        tokens, + eos: from here on the think may write no more free text, so any word still fits."""
+        longest = max(self._word_tokens.get(word) or self.fewest_tokens(word) for word in words)
+        return self.fewest_tokens(THINK_CLOSE + GUESS_OPEN) + longest + self.fewest_tokens(GUESS_CLOSE) + 1
+
+    def for_batch(
+        self, prompt_len: int, words: Sequence[tuple[str, ...] | None], max_new_tokens: int
+    ) -> GuessLogitsProcessor:
+        """The processor for one ``generate`` call: row i writes a word of ``words[i]``."""
+        if max_new_tokens < self.longest_reply:
+            raise ValueError(
+                f'max_new_tokens={max_new_tokens} is too few for constrained replies: "<think></think><guess>'
+                f'WORD</guess>" + eos takes up to {self.longest_reply:g} tokens'
+            )
+        return GuessLogitsProcessor(self, prompt_len, [self.grammar(w) for w in words], max_new_tokens)
+
+
+class Grammar:
+    """The reply grammar for one word list, its states' costs, and when the think must close."""
+
+    def __init__(self, constraint: GuessConstraint, words: list[str]) -> None:
+        self.constraint = constraint
+        root = _State()
+        for word in words:
+            state = root
+            for ch in word[:-1]:
+                state = state.next.get(ch) or state.next.setdefault(ch, _State())
+            state.next[word[-1]] = constraint.guess_close
+        self.tail = _chain(THINK_CLOSE + GUESS_OPEN, root)
+        self.think = _State()  # free text loops here, outside the DAG (see allowed)
+        self.start = _chain(THINK_OPEN, self.think)
+        self._opened = {}  # the states inside "<think>": how many of its characters are written
+        state = self.start
+        for k, ch in enumerate(THINK_OPEN):
+            self._opened[state] = k
+            state = state.next[ch]
+        self._settle(self.start)
+        self.close_at = constraint.close_at(words)
+
+    def walk(self, state: _State | None, text: str) -> _State | None:
+        """The state after writing ``text`` from ``state``, or None where the grammar forbids it."""
+        at = 0
+        while state is not None and at < len(text):
+            if state is self.think:
+                at = text.find("<", at)
+                if at < 0:
+                    return state
+                state = self.tail
+            state = state.next.get(text[at])
+            at += 1
+        return state
+
+    def _settle(self, state: _State) -> float:
+        """The state's cost, after its moves' (the grammar is a DAG once the think's free text is set apart)."""
+        if state.cost is None:
+            if state is self.think:
+                candidates = self.constraint.opening
+            elif state in self._opened:
+                candidates = self.constraint.spelling[self._opened[state]]
             else:
-                found: list[int] = []
-                _walk(node, self.token_trie, found)
-                ids = torch.tensor(sorted(found), dtype=torch.long) if found else self.eos
-            self._allowed_ids[key] = ids
-        return self._allowed_ids[key]
+                candidates = None
+            if candidates is None:
+                state.moves = _token_moves(state, self.constraint.tokens)
+            else:
+                state.moves = [([i], land) for i, text in candidates if (land := self.walk(state, text)) is not None]
+            state.cost = 1 + min((self._settle(land) for _, land in state.moves), default=math.inf)
+        return state.cost
 
-    def for_batch(self, prompt_len: int, words: Sequence[tuple[str, ...] | None]) -> GuessLogitsProcessor:
-        """The processor for one ``generate`` call: row i may only write a word of ``words[i]``."""
-        return GuessLogitsProcessor(self, prompt_len, [self.trie(w) for w in words])
+    def allowed(self, text: str, left: int) -> tuple[bool, torch.Tensor]:
+        """After the reply ``text``, with ``left`` tokens left to generate: whether free text may come
+        next, and the ids of the other tokens that may."""
+        state = self.walk(self.start, text)
+        if state is None:
+            raise RuntimeError(
+                f"the constrained reply {text!r} left the grammar: do this tokenizer's tokens decode "
+                "differently in a sequence than alone?"
+            )
+        if state.table is None:
+            ids = [i for group, _ in state.moves for i in group]
+            costs = [land.cost for group, land in state.moves for _ in group]
+            state.table = torch.tensor(ids, dtype=torch.long), torch.tensor(costs, dtype=torch.float)
+        ids, costs = state.table
+        return state is self.think and left - 1 >= self.close_at, ids[costs <= left - 1]
 
 
-def _walk(target: dict, tokens: dict, found: list[int]) -> None:
-    """Every token whose text is a path from ``target`` (the two tries walked in step)."""
-    found.extend(tokens.get(_END, ()))
-    small, large = (target, tokens) if len(target) <= len(tokens) else (tokens, target)
-    for ch in small:
-        if ch != _END and ch in large:
-            _walk(target[ch], tokens[ch], found)
+def _token_moves(state: _State, tokens: _Tokens) -> list[tuple[list[int], _State]]:
+    """Every token whose text is a path from ``state``, grouped by the state it reaches (the grammar
+    and the token trie walked in step)."""
+    moves = []
+    stack = [(state, tokens)]
+    while stack:
+        state, tokens = stack.pop()
+        if tokens.ids:
+            moves.append((tokens.ids, state))
+        small, large = (state.next, tokens.next) if len(state.next) <= len(tokens.next) else (tokens.next, state.next)
+        stack.extend((state.next[ch], tokens.next[ch]) for ch in small if ch in large)
+    return moves
 
 
 class GuessLogitsProcessor(LogitsProcessor):
-    """Masks, per row, every token that would leave the listed words once ``<guess>`` is open."""
+    """Masks, per row, every token the row's grammar does not allow next."""
 
-    def __init__(self, constraint: GuessConstraint, prompt_len: int, tries: list[dict]) -> None:
-        self.constraint, self.prompt_len, self.tries = constraint, prompt_len, tries
+    def __init__(
+        self, constraint: GuessConstraint, prompt_len: int, grammars: list[Grammar], max_new_tokens: int
+    ) -> None:
+        self.constraint, self.prompt_len, self.grammars = constraint, prompt_len, grammars
+        self.max_new_tokens = max_new_tokens
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        generated = input_ids[:, self.prompt_len :].tolist()
-        texts = self.constraint.tokenizer.batch_decode(generated, skip_special_tokens=True)
-        for row, text in enumerate(texts):
-            opened = text.find(GUESS_OPEN)
-            if opened < 0:
-                continue
-            ids = self.constraint.allowed_ids(self.tries[row], text[opened + len(GUESS_OPEN) :])
-            keep = scores[row, ids.to(scores.device)].clone()
-            scores[row] = float("-inf")
-            scores[row, ids.to(scores.device)] = keep
-        return scores
+        left = self.max_new_tokens - (input_ids.shape[1] - self.prompt_len)
+        texts = self.constraint.tokenizer.batch_decode(input_ids[:, self.prompt_len :], skip_special_tokens=True)
+        free_rows, rows, cols = [], [], []
+        for row, (grammar, text) in enumerate(zip(self.grammars, texts, strict=True)):
+            free, ids = grammar.allowed(text, left)
+            if free:
+                free_rows.append(row)
+            rows.append(torch.full_like(ids, row))
+            cols.append(ids)
+        keep = torch.zeros_like(scores, dtype=torch.bool)
+        free = self.constraint.free
+        keep[free_rows, : len(free)] = free.to(scores.device)
+        keep[torch.cat(rows).to(scores.device), torch.cat(cols).to(scores.device)] = True
+        return scores.masked_fill_(~keep, float("-inf"))

@@ -226,8 +226,9 @@ class ModelPlayer:
 
     Greedy by default; ``sample=True`` draws at ``temperature`` with top-k and top-p off (GRPO's
     sampling), seeded by ``seed`` once per :func:`play`. ``constrain`` ("allowed" or "candidates")
-    masks logits after ``<guess>`` so that only such words can be written: that measures something
-    else than the model's own skill and is always reported as a separate row.
+    masks logits so that the whole reply is ``<think>…</think><guess>WORD</guess>`` with WORD such a
+    word (see :mod:`evaluation.constrain`): that measures something else than the model's own skill
+    and is always reported as a separate row.
     ``max_new_tokens`` defaults to the model's generation_config, else 256.
     """
 
@@ -311,6 +312,6 @@ class ModelPlayer:
                 targets = [None] * len(views)  # None: every allowed word
             else:
                 targets = [tuple(candidates(v.history).words()) for v in views]
-            processors.append(self._constraint.for_batch(prompt_len, targets))
+            processors.append(self._constraint.for_batch(prompt_len, targets, config.max_new_tokens))
         output = self.model.generate(**batch, generation_config=config, logits_processor=processors)
         return self.tokenizer.batch_decode(output[:, prompt_len:], skip_special_tokens=True)

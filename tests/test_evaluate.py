@@ -1,10 +1,9 @@
 """Full-game evaluation: the engine on scripted players, the metrics and their intervals, replays,
-constrained decoding, the CLI's errors, and a real evaluation of a throwaway tiny model."""
+the CLI's errors, and a real evaluation of a throwaway tiny model (constrained decoding: test_constrain.py)."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
@@ -26,14 +25,13 @@ from evaluation import (
     play,
     wilson,
 )
-from evaluation.constrain import GuessConstraint, guess_regex
 from evaluation.metrics import reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from rewards import REWARD_FUNCS
 from training.config import resolve
 from training.data import eval_secrets
-from wordle import allowed, candidates, normalize_word, parse_completion, score_guess
+from wordle import normalize_word, parse_completion, score_guess
 
 SECRETS = select_secrets(40)
 
@@ -245,68 +243,6 @@ def test_reward_means_on_a_fixed_transcript():
     )
     assert means["feedback_reward"]["mean"] == pytest.approx(sum(expected) / 3)
     assert set(means) == set(REWARD_FUNCS)
-
-
-# --- constrained decoding --------------------------------------------------------------------------
-
-
-def test_guess_regex_matches_a_valid_reply_and_rejects_a_non_word():
-    pattern = re.compile(guess_regex())
-    assert pattern.fullmatch("<think>placed letters .R..E</think><guess>CRANE</guess>")
-    assert not pattern.fullmatch("<think>x</think><guess>ABCDE</guess>")  # not a word
-    assert not pattern.fullmatch("<think><guess>A</guess></think><guess>CRANE</guess>")  # a tag in the think
-    small = re.compile(guess_regex(["crane", "slate"]))
-    assert small.fullmatch("<think></think><guess>SLATE</guess>") and not small.fullmatch(
-        "<think></think><guess>ABBEY</guess>"
-    )
-    with pytest.raises(ValueError):
-        guess_regex(["toolong"])
-
-
-def test_constrain_vllm_flag_sets_the_regex_only_with_vllm():
-    with pytest.raises(ValueError, match="use_vllm"):
-        resolve(["--profile", "cpu", "--constrain_vllm", "allowed", "--dry-run"])
-    r = resolve(["--profile", "cpu", "--constrain_vllm", "allowed", "--use_vllm", "true", "--dry-run"])
-    assert r.training.vllm_structured_outputs_regex == guess_regex()
-
-
-def _on_list(written: str, words) -> bool:
-    """Whether the text after <guess> is (a prefix of) WORD</guess> for a listed word, in either case."""
-    return any(f"{w}</guess>".startswith(written) or f"{w.lower()}</guess>".startswith(written) for w in words)
-
-
-@pytest.mark.parametrize("constrain", ["allowed", "candidates"])
-def test_constrained_decoding_only_writes_listed_words_even_with_random_weights(tiny_loaded, constrain):
-    model, tokenizer = tiny_loaded
-    # Random weights: whatever the model would write, the mask must keep the guess on the list.
-    torch.manual_seed(0)
-    random_model = type(model)(model.config).eval()
-    player = ModelPlayer(random_model, tokenizer, sample=True, seed=0, constrain=constrain, max_new_tokens=48)
-    complete = 0
-    for game in play(player, SECRETS[:8]):
-        history = ()
-        for turn in game.turns:
-            if "<guess>" in turn.reply:
-                written = turn.reply.split("<guess>", 1)[1]
-                listed = allowed() if constrain == "allowed" else candidates(history).words()
-                assert _on_list(written, listed), (written, constrain)
-                complete += written.endswith("</guess>")
-            if turn.status == "valid":
-                history = (*history, (turn.guess, turn.pattern))
-            assert turn.status != "nonword"
-    assert complete > 0, "no reply opened and closed a guess: the test checked nothing"
-
-
-def test_constraint_masks_per_row_from_the_token_trie(tiny_loaded):
-    _, tokenizer = tiny_loaded
-    constraint = GuessConstraint(tokenizer, [tokenizer.eos_token_id])
-    trie = constraint.trie(("CRANE", "CRAMP"))
-    decode = lambda ids: {tokenizer.decode([i]) for i in ids.tolist()}
-    # The tiny tokenizer has a token per answer: a listed word can start as one token or letter by letter.
-    assert decode(constraint.allowed_ids(trie, "")) == {"C", "c", "CRANE", "CRAMP"}
-    assert decode(constraint.allowed_ids(trie, "CRA")) == {"N", "M"}
-    assert constraint.allowed_ids(trie, "CRANE</guess>").tolist() == [tokenizer.eos_token_id]  # complete: stop
-    assert constraint.allowed_ids(trie, "XY").tolist() == [tokenizer.eos_token_id]  # off the list: stop
 
 
 # --- the CLI ---------------------------------------------------------------------------------------

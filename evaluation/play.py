@@ -266,7 +266,13 @@ class ModelPlayer:
         return ids
 
     def generation_config(self) -> GenerationConfig:
-        """TRL's GRPOTrainer generation config (transformers backend), greedy unless sampling."""
+        """TRL's GRPOTrainer generation config (transformers backend), greedy unless sampling.
+
+        ``generate`` fills every field left None from ``model.generation_config`` (Qwen's samples at
+        temperature 0.7, top-p 0.8, top-k 20 and penalises repeats), so each of these is set: greedy gets
+        transformers' neutral values, which it neither uses nor warns about; sampling gets exactly
+        ``temperature`` with top-k and top-p off.
+        """
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "do_sample": self.sample,
@@ -274,11 +280,12 @@ class ModelPlayer:
             "bos_token_id": self.tokenizer.bos_token_id,
             "eos_token_id": self._eos_ids(),
             "use_cache": True,
+            "repetition_penalty": 1.0,
         }
         if self.sample:
-            kwargs.update(temperature=self.temperature, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0)
+            kwargs.update(temperature=self.temperature, top_p=1.0, top_k=0)
         else:
-            kwargs.update(repetition_penalty=1.0)
+            kwargs.update(temperature=1.0, top_p=1.0, top_k=50)
         return GenerationConfig(**kwargs, disable_compile=True)
 
     def start(self) -> None:

@@ -1,12 +1,16 @@
 """Constrained decoding: the whole reply follows ``guess_regex``'s grammar token by token, for the tiny
-model's letter-level tokenizer and Qwen's byte-level BPE, whatever the weights and the budget."""
+model's letter-level tokenizer and Qwen's byte-level BPE, whatever the weights and the budget; and a
+model's sampling generation_config never leaks into greedy evaluation."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
 import torch
+import transformers
+from transformers import GenerationConfig
 
 import evaluate as evaluate_cli
 from evaluation import ModelPlayer, play
@@ -178,3 +182,43 @@ def test_evaluate_cli_on_a_hub_model_has_no_format_failures_once_constrained(qwe
     assert constrained.metrics["format_failure_rate"]["rate"] == 0.0
     assert constrained.metrics["nonword_rate"]["rate"] == 0.0
     assert all(t.guess in allowed() for g in constrained.games for t in g.turns)
+
+
+# --- the generation config: the model's own sampling settings never leak in ----------------------------
+
+
+def _generation_warnings(caplog, model, tokenizer, config) -> list[str]:
+    """What transformers' logger warns while generating with ``config`` (warning_once reset first)."""
+    transformers.utils.logging.warning_once.cache_clear()
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(caplog.handler)
+    try:
+        batch = tokenizer(["Guess a word."], return_tensors="pt")
+        model.generate(**batch, generation_config=config)
+    finally:
+        library_logger.removeHandler(caplog.handler)
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("sample", "effective"),
+    [
+        (False, {"do_sample": False, "repetition_penalty": 1.0}),
+        (True, {"do_sample": True, "temperature": 0.9, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0}),
+    ],
+)
+def test_the_model_generation_config_neither_changes_decoding_nor_warns(qwen, caplog, recwarn, sample, effective):
+    model, tokenizer = qwen
+    assert model.generation_config.do_sample and model.generation_config.top_k == 20  # Qwen's sampling defaults
+    player = ModelPlayer(model, tokenizer, sample=sample, temperature=0.9, max_new_tokens=4)
+    # What generate() runs with once it has filled the fields left None from model.generation_config.
+    merged, _ = model._prepare_generation_config(player.generation_config())
+    assert {key: getattr(merged, key) for key in effective} == effective
+    assert _generation_warnings(caplog, model, tokenizer, player.generation_config()) == []
+    assert not [w for w in recwarn if "generation" in str(w.message).lower()]
+
+
+def test_the_warning_check_sees_the_warning_a_bare_greedy_config_gets(qwen, caplog):
+    model, tokenizer = qwen
+    warnings = _generation_warnings(caplog, model, tokenizer, GenerationConfig(max_new_tokens=2, do_sample=False))
+    assert any("generation flags are not valid" in w and "temperature" in w for w in warnings)

@@ -16,7 +16,7 @@ Two forms of the same grammar:
   an error).
 
 Per tokenizer, each token's text is decoded once: the free-text tokens are one boolean vector, and
-the other texts go into a trie. Per word list, the grammar after the think is a character DAG (the
+the tokens made only of the tail's characters go into a trie. Per word list, the grammar after the think is a character DAG (the
 words' trie, then one shared ``</guess>``); walking it in step with the token trie gives each
 state's tokens and, bottom up, the fewest tokens that finish the reply from each state.
 

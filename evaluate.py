@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from transformers import HfArgumentParser
 
+from evaluation.constrain import ReplyBudgetError
 from evaluation.play import CONSTRAIN_CHOICES
 from evaluation.report import (
     console,
@@ -157,18 +158,21 @@ def run(args: EvalArguments, out_console: Console) -> list:
     model, tokenizer = load_for_inference(args.model, args.adapter, device=args.device)
     secrets = select_secrets(args.games)
     label = "model" if args.adapter is None else "model + adapter"
-    results = evaluate_model(
-        model,
-        tokenizer,
-        secrets,
-        sample=args.sample,
-        temperature=args.temperature,
-        seed=args.seed,
-        constrain=args.constrain,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        label=label,
-    )
+    try:
+        results = evaluate_model(
+            model,
+            tokenizer,
+            secrets,
+            sample=args.sample,
+            temperature=args.temperature,
+            seed=args.seed,
+            constrain=args.constrain,
+            batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens,
+            label=label,
+        )
+    except ReplyBudgetError as exc:  # known only once the tokenizer is loaded, but before any game
+        raise ConfigError(str(exc)) from None
     if args.baselines:
         results += evaluate_baselines(secrets, seed=args.seed)
 

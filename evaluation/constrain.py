@@ -91,6 +91,10 @@ class _Tokens:
         self.ids: list[int] = []
 
 
+class ReplyBudgetError(ValueError):
+    """max_new_tokens cannot hold the shortest complete reply with the longest listed word."""
+
+
 class GuessConstraint:
     """Precomputed per tokenizer: each token's text. :meth:`for_batch` makes the processor."""
 
@@ -158,15 +162,19 @@ class GuessConstraint:
         longest = max(self._word_tokens.get(word) or self.fewest_tokens(word) for word in words)
         return self.fewest_tokens(THINK_CLOSE + GUESS_OPEN) + longest + self.fewest_tokens(GUESS_CLOSE) + 1
 
+    def check_budget(self, max_new_tokens: int) -> None:
+        """ReplyBudgetError unless ``max_new_tokens`` holds the longest constrained reply."""
+        if max_new_tokens < self.longest_reply:
+            raise ReplyBudgetError(
+                f"--max_new_tokens {max_new_tokens} is too few for constrained replies: "
+                f'"<think></think><guess>WORD</guess>" + eos takes up to {self.longest_reply:g} tokens'
+            )
+
     def for_batch(
         self, prompt_len: int, words: Sequence[tuple[str, ...] | None], max_new_tokens: int
     ) -> GuessLogitsProcessor:
         """The processor for one ``generate`` call: row i writes a word of ``words[i]``."""
-        if max_new_tokens < self.longest_reply:
-            raise ValueError(
-                f'max_new_tokens={max_new_tokens} is too few for constrained replies: "<think></think><guess>'
-                f'WORD</guess>" + eos takes up to {self.longest_reply:g} tokens'
-            )
+        self.check_budget(max_new_tokens)
         return GuessLogitsProcessor(self, prompt_len, [self.grammar(w) for w in words], max_new_tokens)
 
 

@@ -256,6 +256,7 @@ class ModelPlayer:
             from evaluation.constrain import GuessConstraint
 
             self._constraint = GuessConstraint(tokenizer, self._eos_ids())
+            self._constraint.check_budget(self.max_new_tokens)  # before any game, not at the first turn
 
     def _eos_ids(self) -> list[int]:
         # As TRL: the tokenizer's eos first, then any the model's generation_config adds.

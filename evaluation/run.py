@@ -85,13 +85,11 @@ def evaluate_model(
         "batch_size": batch_size,
         "max_new_tokens": max_new_tokens,
     }
-    results = [evaluate_player(ModelPlayer(model, tokenizer, **settings, name=label), secrets, "model", seed=seed)]
-    if constrain is not None:
-        player = ModelPlayer(
-            model, tokenizer, **settings, constrain=constrain, name=f"{label} (constrained: {constrain} words)"
-        )
-        results.append(evaluate_player(player, secrets, "constrained", seed=seed))
-    return results
+    players = [(ModelPlayer(model, tokenizer, **settings, name=label), "model")]
+    if constrain is not None:  # built before any game: it checks that max_new_tokens holds a reply
+        name = f"{label} (constrained: {constrain} words)"
+        players.append((ModelPlayer(model, tokenizer, **settings, constrain=constrain, name=name), "constrained"))
+    return [evaluate_player(player, secrets, kind, seed=seed) for player, kind in players]
 
 
 def evaluate_model_dir(

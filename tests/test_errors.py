@@ -14,6 +14,7 @@ import pytest
 from huggingface_hub import constants as hub_constants
 
 import evaluate as evaluate_cli
+import evaluation.run
 import grpo_train
 from training import device as devices
 from training import modeling
@@ -147,7 +148,7 @@ EVALUATE_CASES = [
 def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, monkeypatch, capsys):
     no_weights(tmp_path)
     _setup("hub", tmp_path, monkeypatch)
-    monkeypatch.setattr(evaluate_cli, "evaluate_model", lambda *a, **k: pytest.fail("played before validating"))
+    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
     out = tmp_path / "eval-out"
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     line = one_line_error(capsys, evaluate_cli.main([*args, "--out", str(out)]), tmp_path)
@@ -202,3 +203,15 @@ def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else(caplog):
         logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "no network")
         logger.warning("some other bitsandbytes warning")
     assert [r.getMessage() for r in caplog.records] == ["some other bitsandbytes warning"]
+
+
+def test_a_reply_budget_too_small_for_the_constraint_stops_before_any_game(tmp_path, monkeypatch, capsys):
+    # Known only once the tokenizer is loaded (tiny needs 10 tokens, Qwen 13), so the model's loading
+    # bar may come first; the error is still one line, before any game, with nothing written.
+    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
+    out = tmp_path / "eval-out"
+    assert evaluate_cli.main(["--constrain", "allowed", "--max_new_tokens", "4", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err and not out.exists()
+    assert captured.err.count("error: ") == 1
+    assert captured.err.strip().splitlines()[-1].startswith("error: --max_new_tokens 4 is too few for constrained")

@@ -6,7 +6,9 @@
     python evaluate.py --model Qwen/Qwen2.5-3B-Instruct --games 50 --sample --temperature 1.0 --seed 1
 
 With --out DIR it writes eval.json (metrics, 95% CIs and every game's transcript), eval.md (the
-table and replays), guesses.png and, with --train_log trainer_state.json, rewards.png.
+table and replays), guesses.png and, with --train_log (a run's eval/log_history.json, a
+trainer_state.json or a checkpoint directory), rewards.png. Given a run's output directory as
+--adapter, the model, games, reply length and seed default to the run's own.
 """
 
 from __future__ import annotations
@@ -86,7 +88,11 @@ class EvalArguments:
     out: str | None = field(default=None, metadata={"help": "directory for eval.json, eval.md and the PNG plots"})
     replays: int = field(default=3, metadata={"help": "games of each model row to replay as emoji rows"})
     train_log: str | None = field(
-        default=None, metadata={"help": "a trainer_state.json (or checkpoint directory) for the reward-curve plot"}
+        default=None,
+        metadata={
+            "help": "a run's eval/log_history.json, a trainer_state.json or a checkpoint directory, for the "
+            "reward-curve plot"
+        },
     )
     batch_size: int = field(default=64, metadata={"help": "games generated per model.generate call"})
     max_new_tokens: int | None = field(

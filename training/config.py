@@ -1,9 +1,11 @@
 """Arguments, profiles and their resolution into one configuration a user can inspect.
 
-Precedence, lowest first: TRL's defaults, ``profiles/NAME.yaml``, ``--config FILE``, the command
-line. Then the script's own flags apply (``--model``, ``--max-completion``, ``--no-4bit``), and
-the device check and precision fallback run. Everything that was decided is recorded in
-``Resolved.notes`` and printed by ``--dry-run``.
+Precedence, lowest first: TRL's defaults, ``profiles/NAME.yaml`` (with its ``tiny:`` section when
+the model is the embedded one: settings tuned for that model alone), ``--config FILE``, the
+command line. Then the script's own flags apply (``--model``, ``--max-completion``, ``--no-4bit``),
+every value is range-checked, and the device check and precision fallback run. Everything that
+was decided is recorded in ``Resolved.notes`` and printed by ``--dry-run``. A bad value anywhere
+is a one-line ``ConfigError``, never argparse's usage block.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from training.cli import help_requested, run_cli
 from training.config import CONFIG_FILE, TINY, ConfigError
 
-DEFAULT_SEED = 42  # the trainer's (transformers' TrainingArguments.seed)
+DEFAULT_SEED = transformers.TrainingArguments.seed  # the trainer's default, so both tables agree
 
 logger = logging.getLogger("evaluate")
 
@@ -147,8 +147,7 @@ def apply_run_config(args: EvalArguments) -> None:
     saved = Path(args.adapter) / CONFIG_FILE if args.adapter is not None else None
     run: dict = {}
     if saved is not None and saved.is_file():
-        summary = yaml.safe_load(saved.read_text())
-        run = {"model": summary["model"]["name_or_path"], **summary.get("evaluation", {})}
+        run = yaml.safe_load(saved.read_text())["evaluation"]
         logger.info("settings not given on the command line come from %s", saved)
     defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None}
     for name, default in defaults.items():
@@ -210,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = RichHandler(console=Console(stderr=True), show_path=False)  # logs on stderr, results on stdout
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
     transformers.utils.logging.set_verbosity_warning()
-    return run_cli(lambda: run(parse(argv), console()) and None)
+    return run_cli(lambda: run(parse(argv), console()))
 
 
 if __name__ == "__main__":

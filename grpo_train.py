@@ -51,7 +51,16 @@ from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
 from training.card import make_adapter_config_portable, write_model_card
 from training.cli import help_requested, run_cli
-from training.config import CONFIG_FILE, ConfigError, Resolved, ScriptArguments, make_parser, resolve, to_yaml
+from training.config import (
+    CONFIG_FILE,
+    ConfigError,
+    Resolved,
+    ScriptArguments,
+    eval_settings,
+    make_parser,
+    resolve,
+    to_yaml,
+)
 from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
@@ -271,17 +280,6 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 # --- full-game evaluation before and after training ------------------------------------------------
 
 
-def _eval_settings(resolved: Resolved) -> dict:
-    """What must match for a saved before.json to stand for this run's starting model."""
-    return {
-        "model": resolved.model.model_name_or_path,
-        "games": resolved.script.eval_games,
-        "decoding": "greedy",
-        "max_new_tokens": resolved.training.max_completion_length,
-        "seed": resolved.training.seed,
-    }
-
-
 def _play(resolved: Resolved, model, tokenizer, label: str) -> PlayerResult:
     [result] = evaluate_model(
         model,
@@ -301,7 +299,7 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
     path = out / EVAL_DIR / "before.json"
     if resuming and path.is_file():
         settings, results = read_json(path)
-        if settings == _eval_settings(resolved):
+        if settings == eval_settings(resolved):
             logger.info("reusing the evaluation before training from %s", path)
             return results
         logger.warning("%s was made with other settings (%s); evaluating again", path, settings)
@@ -309,7 +307,7 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
         model.to(resolved.training.device)  # where the Trainer would move it anyway
     secrets = select_secrets(resolved.script.eval_games)
     results = [_play(resolved, model, tokenizer, "before"), *evaluate_baselines(secrets, seed=resolved.training.seed)]
-    write_json(path, results, _eval_settings(resolved))
+    write_json(path, results, eval_settings(resolved))
     return results
 
 
@@ -317,7 +315,7 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     """The trained model's games, the before/after table, and the files under ``eval/``."""
     directory = out / EVAL_DIR
     after = _play(resolved, trainer.model, tokenizer, "after")
-    write_json(directory / "after.json", [after], _eval_settings(resolved))
+    write_json(directory / "after.json", [after], eval_settings(resolved))
     results = [before[0], after, *before[1:]]
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     plot_guess_histogram(results, directory / "guesses.png")

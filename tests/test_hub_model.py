@@ -20,7 +20,26 @@ from training.config import resolve
 from wordle import render_prompt
 
 # One step of 4 completions, 2 evaluation games before and after: the whole path in seconds.
-FAST = ["--profile", "cpu", "--train_rows", "8", "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_steps", "1", "--save_steps", "1", "--disable_tqdm", "true", "--eval_games", "2", "--seed", "5"]
+FAST = [
+    "--profile",
+    "cpu",
+    "--train_rows",
+    "8",
+    "--per_device_train_batch_size",
+    "4",
+    "--num_generations",
+    "4",
+    "--max_steps",
+    "1",
+    "--save_steps",
+    "1",
+    "--disable_tqdm",
+    "true",
+    "--eval_games",
+    "2",
+    "--seed",
+    "5",
+]
 
 
 def trained_one_step(trainer) -> bool:

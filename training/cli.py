@@ -47,10 +47,11 @@ def help_requested(
     return True
 
 
-def run_cli(body: Callable[[], int | None]) -> int:
-    """``body()``'s exit code (0 for None), or 2 with one ``error:`` line on stderr for a user error."""
+def run_cli(body: Callable[[], object]) -> int:
+    """Run ``body()``: exit code 0, or 2 with one ``error:`` line on stderr for a user error."""
     try:
-        return body() or 0
+        body()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0

@@ -35,6 +35,10 @@ MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONFIG_FILE = "wordle_grpo_config.yaml"  # the resolved configuration, saved beside a run's adapter
 
 
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
 class ConfigError(ValueError):
     """A user error in the configuration: reported as one line, never a traceback."""
 
@@ -46,7 +50,7 @@ class ScriptArguments:
     profile: str = field(
         default="auto",
         metadata={
-            "help": f"hardware profile: {', '.join(sorted(p.stem for p in PROFILES_DIR.glob('*.yaml')))}, or auto "
+            "help": f"hardware profile: {', '.join(available_profiles())}, or auto "
             "(cuda, then rocm, then mps, then cpu)"
         },
     )
@@ -138,10 +142,6 @@ class Resolved:
     def weights(self) -> dict[str, float]:
         """Each reward the run uses, with its weight."""
         return dict(zip(self.script.rewards, self.training.reward_weights, strict=True))
-
-
-def available_profiles() -> list[str]:
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
 def _dataclasses() -> tuple[type, ...]:
@@ -473,15 +473,21 @@ def summary(resolved: Resolved) -> dict[str, Any]:
         },
         "rewards": resolved.weights,
         # What evaluate.py --adapter OUTPUT_DIR reads back, so that it replays the run's own evaluation.
-        "evaluation": {
-            "before_and_after": not s.skip_eval,
-            "games": s.eval_games,
-            "decoding": "greedy",
-            "max_new_tokens": t.max_completion_length,
-            "seed": t.seed,
-        },
+        "evaluation": {"before_and_after": not s.skip_eval, **eval_settings(resolved)},
         "notes": resolved.notes,
         **resolved.changed,
+    }
+
+
+def eval_settings(resolved: Resolved) -> dict[str, Any]:
+    """How the run plays its evaluation games: saved with them (a saved before.json is reused on
+    --resume only if they match) and in the resolved YAML, which evaluate.py --adapter reads back."""
+    return {
+        "model": resolved.model.model_name_or_path,
+        "games": resolved.script.eval_games,
+        "decoding": "greedy",
+        "max_new_tokens": resolved.training.max_completion_length,
+        "seed": resolved.training.seed,
     }
 
 

@@ -116,8 +116,8 @@ def check_bitsandbytes(resolved: Resolved) -> None:
         raise ConfigError(f"{what}, which is not installed; pip install bitsandbytes, or pass --no-4bit")
 
 
-def keep_4bit_trainable_on_cpu(model: PreTrainedModel) -> int:
-    """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout; returns the layers.
+def keep_4bit_trainable_on_cpu(model: PreTrainedModel) -> None:
+    """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout.
 
     On CPUs with AVX512-BF16 or AMX, the first eval-mode forward of a ``Linear4bit`` without grad
     (the evaluation before training) rewrites its weights into a layout that only inference reads:
@@ -128,10 +128,9 @@ def keep_4bit_trainable_on_cpu(model: PreTrainedModel) -> int:
     """
     import bitsandbytes as bnb  # here: only 4-bit models need it, and it may not be installed
 
-    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-    for layer in layers:
-        layer.support_avx512bf16_for_cpu = False
-    return len(layers)
+    for layer in model.modules():
+        if isinstance(layer, bnb.nn.Linear4bit):
+            layer.support_avx512bf16_for_cpu = False
 
 
 def _device_map(resolved: Resolved) -> Any:
@@ -142,8 +141,8 @@ def _device_map(resolved: Resolved) -> Any:
 
 
 def load_model(source: str, resolved: Resolved) -> PreTrainedModel:
+    """The model to train, quantized as the profile says (``check_bitsandbytes`` ran before anything slow)."""
     m, t = resolved.model, resolved.training
-    check_bitsandbytes(resolved)
     kwargs = dict(t.model_init_kwargs or {})
     kwargs.update(
         revision=m.model_revision,

@@ -61,7 +61,7 @@ from training.config import (
     resolve,
     to_yaml,
 )
-from training.data import build_rows, drop_long_prompts, eval_secrets, load_rows, save_rows
+from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
 from training.trainer import WordleGRPOTrainer
@@ -181,8 +181,7 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
         rows = build_rows(script.train_rows, seed=seed, explore=script.explore, progress=True)
         save_rows(rows, path)
         logger.info("built %d game states (seed %d) and saved them to %s", len(rows), seed, path)
-    held_out = set(eval_secrets())
-    leaked = sum(row["secret"] in held_out for row in rows)
+    leaked = held_out_rows(rows)
     if leaked:
         logger.warning("%d rows use held-out evaluation secrets: evaluation on them will overstate skill", leaked)
     return rows

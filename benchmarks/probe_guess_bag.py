@@ -32,8 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from training import tiny
-from training.data import eval_secrets, train_secrets
-from wordle import Solver, parse_history
+from wordle import Solver, eval_secrets, parse_history, train_secrets
 
 
 def guess_states(tokenizer, rows) -> tuple[list[list[int]], list[list[int]], list[int]]:

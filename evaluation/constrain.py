@@ -2,7 +2,7 @@
 
 Two forms of the same grammar:
 
-- :func:`guess_regex` is the reply as a regex, for TRL's ``vllm_structured_outputs_regex``.
+- :func:`wordle.completion.guess_regex` is the reply as a regex, for TRL's ``vllm_structured_outputs_regex``.
 - :class:`GuessConstraint` builds a transformers ``LogitsProcessor`` for ``model.generate`` that
   follows it token by token, for any tokenizer whose tokens decode the same alone as in a sequence
   (the letter-level tiny one, byte-level BPE): the reply opens with ``<think>``; the think is free
@@ -28,37 +28,16 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import LogitsProcessor
 
-from wordle import allowed, normalize_word
-from wordle.completion import GUESS_CLOSE, GUESS_OPEN, THINK_CLOSE, THINK_OPEN
+from wordle.completion import GUESS_CLOSE, GUESS_OPEN, THINK_CLOSE, THINK_OPEN, listed_words
 
 _MAX_CACHED_GRAMMARS = 4096  # word lists: a run meets many candidate lists, most of them short
 _TAIL_ALPHABET = frozenset(string.ascii_letters + THINK_CLOSE + GUESS_OPEN + GUESS_CLOSE)
-
-
-def guess_regex(words: Iterable[str] | None = None) -> str:
-    """A regex for a whole reply ``<think>…</think><guess>WORD</guess>``, WORD one of ``words``
-    (default: every allowed word) in upper case. The think holds no ``<``, so it cannot hold a tag."""
-    return f"{THINK_OPEN}[^<]*{THINK_CLOSE}{GUESS_OPEN}({'|'.join(_words(words))}){GUESS_CLOSE}"
-
-
-def _words(words: Iterable[str] | None) -> list[str]:
-    """The listed words, upper case (as the prompt shows them), sorted, once each."""
-    listed = allowed() if words is None else words
-    normalized = set()
-    for text in listed:
-        word = normalize_word(text)
-        if word is None:
-            raise ValueError(f"expected a five-letter ASCII word, got {text!r}")
-        normalized.add(word)
-    if not normalized:
-        raise ValueError("constrained decoding needs at least one word")
-    return sorted(normalized)
 
 
 class _State:
@@ -130,17 +109,17 @@ class GuessConstraint:
         self.done.moves = [(sorted(set(eos_token_ids)), ended)]
         self.guess_close = _chain(GUESS_CLOSE, self.done)  # shared by every word list
         self._grammars: dict[tuple[str, ...] | None, Grammar] = {}
-        self._word_tokens = {word: self.fewest_tokens(word) for word in _words(None)}
+        self._word_tokens = {word: self.fewest_tokens(word) for word in listed_words(None)}
         # Every word list (a game's candidates too) is some allowed words: a budget that holds an empty
         # think and the longest allowed word holds a reply for any list.
-        self.longest_reply = self.fewest_tokens(THINK_OPEN) + self.close_at(_words(None))
+        self.longest_reply = self.fewest_tokens(THINK_OPEN) + self.close_at(listed_words(None))
 
     def grammar(self, words: tuple[str, ...] | None) -> Grammar:
         """The grammar of ``words`` (None: every allowed word), cached: a batch repeats states."""
         if words not in self._grammars:
             if len(self._grammars) >= _MAX_CACHED_GRAMMARS:
                 self._grammars.clear()
-            self._grammars[words] = Grammar(self, _words(words))
+            self._grammars[words] = Grammar(self, listed_words(words))
         return self._grammars[words]
 
     def fewest_tokens(self, text: str) -> float:

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.play import Game
 from rewards import REWARD_FUNCS
-from wordle import MAX_GUESSES, is_consistent
+from wordle import MAX_GUESSES
+from wordle.game import Game, count
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 5_000
@@ -61,7 +61,7 @@ def reward_states(games: Sequence[Game]) -> tuple[list[str], list[str], list[lis
     """Every turn played as a reward state: (replies, secrets, the valid history before the turn)."""
     replies, secrets, histories = [], [], []
     for game in games:
-        history: list[list[str]] = []
+        history = [list(pair) for pair in game.start]
         for turn in game.turns:
             replies.append(turn.reply)
             secrets.append(game.secret)
@@ -86,34 +86,22 @@ def compute_metrics(games: Sequence[Game], seed: int = 0) -> dict[str, Any]:
     Invalid rates are over turns played; inconsistent and repeat rates over valid guesses
     (a valid guess is inconsistent when it could not be the secret given the feedback so far).
     """
-    turns = [t for g in games for t in g.turns]
-    wins = [g for g in games if g.won]
+    counts = count(games)
     distribution = {str(k): 0 for k in range(1, MAX_GUESSES + 1)} | {"fail": 0}
     for game in games:
         distribution[str(game.guesses) if game.won else "fail"] += 1
-    valid, inconsistent, repeated = 0, 0, 0
-    for game in games:
-        history: list[tuple[str, str]] = []
-        for turn in game.turns:
-            if turn.status != "valid":
-                continue
-            valid += 1
-            inconsistent += not is_consistent(turn.guess, history)
-            repeated += any(turn.guess == g for g, _ in history)
-            history.append((turn.guess, turn.pattern))
-    n_format = sum(t.status == "format" for t in turns)
-    n_nonword = sum(t.status == "nonword" for t in turns)
+    invalid = counts.format_failures + counts.nonwords
     return {
-        "games": len(games),
-        "turns": len(turns),
-        "valid_guesses": valid,
-        "win_rate": wilson(len(wins), len(games)),
-        "mean_guesses_won": mean_ci([g.guesses for g in wins], seed=seed),
+        "games": counts.games,
+        "turns": counts.turns,
+        "valid_guesses": counts.valid,
+        "win_rate": wilson(counts.wins, counts.games),
+        "mean_guesses_won": mean_ci(counts.won_guesses, seed=seed),
         "distribution": distribution,
-        "invalid_rate": wilson(n_format + n_nonword, len(turns)),
-        "format_failure_rate": wilson(n_format, len(turns)),
-        "nonword_rate": wilson(n_nonword, len(turns)),
-        "inconsistent_rate": wilson(inconsistent, valid),
-        "repeat_rate": wilson(repeated, valid),
+        "invalid_rate": wilson(invalid, counts.turns),
+        "format_failure_rate": wilson(counts.format_failures, counts.turns),
+        "nonword_rate": wilson(counts.nonwords, counts.turns),
+        "inconsistent_rate": wilson(counts.inconsistent, counts.valid),
+        "repeat_rate": wilson(counts.repeated, counts.valid),
         "rewards": reward_means(games, seed=seed),
     }

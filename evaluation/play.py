@@ -1,154 +1,23 @@
-"""The game engine and its players: whole games, up to six guesses, many games advancing together.
+"""The players of ``wordle.game.play``: a model, the solver, random baselines, scripted ones.
 
-Each turn the engine asks the player for one raw reply per still-active game and reads it exactly
-as the rewards do (``parse_completion``, ``normalize_word``, ``is_allowed``):
-
-- ``valid``: an allowed word; it is scored against the secret and joins the game's history;
-- ``format``: the reply does not parse, or its guess is not five ASCII letters;
-- ``nonword``: five letters, but not a word Wordle accepts.
-
-An invalid reply uses up its turn and is kept in the transcript, but gets no feedback, so the
-next prompt shows only the valid guesses (see :class:`GameView`).
+The game loop itself (turns, reply classification, the views a player sees) is ``wordle.game``,
+the same loop the training rollout drives.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
-from wordle import (
-    MAX_GUESSES,
-    Solver,
-    allowed,
-    candidates,
-    is_allowed,
-    normalize_word,
-    parse_completion,
-    render_prompt,
-    score_guess,
-)
+from wordle import Solver, allowed, candidates
+from wordle.game import GameView, format_reply
 
-Status = Literal["valid", "format", "nonword"]
 Constrain = Literal["allowed", "candidates"]
 CONSTRAIN_CHOICES: tuple[str, ...] = ("allowed", "candidates")
-
-
-def classify_reply(reply: str) -> tuple[Status, str | None]:
-    """``(status, WORD)`` of a raw reply, judged exactly as ``format_reward`` judges it.
-
-    WORD is the upper-case five-letter guess for ``valid`` and ``nonword`` replies, else None.
-    """
-    word = normalize_word(parse_completion(reply))
-    if word is None:
-        return "format", None
-    return ("valid" if is_allowed(word) else "nonword"), word
-
-
-@dataclass(frozen=True)
-class Turn:
-    turn: int  # 1-based
-    reply: str
-    status: Status
-    guess: str | None  # the parsed five-letter word (valid or nonword), else None
-    pattern: str | None  # G/Y/B feedback, valid turns only
-
-
-@dataclass
-class Game:
-    secret: str
-    turns: list[Turn] = field(default_factory=list)
-
-    @property
-    def history(self) -> tuple[tuple[str, str], ...]:
-        """The valid (GUESS, PATTERN) pairs so far: what the player is shown."""
-        return tuple((t.guess, t.pattern) for t in self.turns if t.status == "valid")
-
-    @property
-    def won(self) -> bool:
-        return bool(self.turns) and self.turns[-1].guess == self.secret and self.turns[-1].status == "valid"
-
-    @property
-    def over(self) -> bool:
-        return self.won or len(self.turns) >= MAX_GUESSES
-
-    @property
-    def guesses(self) -> int:
-        """Turns used, invalid ones included (a win in 4 may hold one invalid turn)."""
-        return len(self.turns)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "secret": self.secret,
-            "won": self.won,
-            "guesses": self.guesses,
-            "turns": [t.__dict__ for t in self.turns],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Game:
-        return cls(data["secret"], [Turn(**t) for t in data["turns"]])
-
-
-@dataclass(frozen=True)
-class GameView:
-    """What a player sees: the valid history and the turn number, never the secret.
-
-    Only valid guesses are shown, so the prompt of a turn is ``render_prompt(history)``, exactly a
-    training row's prompt (training rows never contain invalid turns). The cost: after an invalid
-    turn the prompt says "Guess k" with k one lower than the turns actually used.
-    """
-
-    history: tuple[tuple[str, str], ...]
-    turn: int
-
-    @property
-    def prompt(self) -> list[dict[str, str]]:
-        return render_prompt(self.history)
-
-
-class Player(Protocol):
-    name: str
-
-    def replies(self, views: Sequence[GameView]) -> list[str]:
-        """One raw reply per game, in order."""
-        ...
-
-
-def play(player: Player, secrets: Sequence[str] | None = None) -> list[Game]:
-    """Play one full game per secret (default: the 300 held-out ``eval_secrets()``).
-
-    All games advance together: each turn, one ``player.replies`` call serves every active game.
-    """
-    if secrets is None:
-        from training.data import eval_secrets
-
-        secrets = eval_secrets()
-    games = [Game(s) for s in (normalize_word(s) or s for s in secrets)]
-    for game in games:
-        if normalize_word(game.secret) is None:
-            raise ValueError(f"secret {game.secret!r} is not a five-letter word")
-    start = getattr(player, "start", None)
-    if start is not None:
-        start()  # a fresh random stream, so the same player and seed replay the same games
-    while active := [g for g in games if not g.over]:
-        views = [GameView(g.history, len(g.turns) + 1) for g in active]
-        replies = player.replies(views)
-        if len(replies) != len(active):
-            raise ValueError(f"player {player.name} returned {len(replies)} replies for {len(active)} games")
-        for game, reply in zip(active, replies, strict=True):
-            status, word = classify_reply(reply)
-            pattern = score_guess(word, game.secret) if status == "valid" else None
-            game.turns.append(Turn(len(game.turns) + 1, reply, status, word, pattern))
-    return games
-
-
-def format_reply(word: str, think: str = "") -> str:
-    return f"<think>{think}</think><guess>{word}</guess>"
 
 
 # --- baselines and scripted players ---------------------------------------------------------------

@@ -19,9 +19,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from evaluation.play import Game
 from rewards import REWARD_FUNCS, REWARD_RANGES
 from wordle import MAX_GUESSES
+from wordle.game import Game
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

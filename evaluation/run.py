@@ -1,10 +1,13 @@
 """A model and its baselines, end to end: what ``evaluate.py`` and ``grpo_train.py`` call.
 
-Programmatic use::
+Programmatic use, on any loaded causal LM and its tokenizer::
 
-    from evaluation.run import evaluate_model_dir
-    results = evaluate_model_dir("tiny", adapter="outputs/cpu", games=300)
+    from evaluation.run import evaluate_model, select_secrets
+    results = evaluate_model(model, tokenizer, select_secrets(300))
     results[0].win_rate                 # the model's own row; a constrained row follows if asked for
+
+It never loads a model itself (that is ``training.modeling``'s; ``evaluate.py`` loads, then calls
+this), so that evaluation and training never import each other.
 """
 
 from __future__ import annotations
@@ -12,20 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from evaluation.metrics import compute_metrics
-from evaluation.play import (
-    Constrain,
-    ModelPlayer,
-    Player,
-    RandomAllowedPlayer,
-    RandomCandidatePlayer,
-    SolverPlayer,
-    play,
-)
+from evaluation.play import Constrain, ModelPlayer, RandomAllowedPlayer, RandomCandidatePlayer, SolverPlayer
 from evaluation.report import PlayerResult
+from wordle import eval_secrets
+from wordle.game import Player, play
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +29,6 @@ logger = logging.getLogger(__name__)
 def select_secrets(games: int | None = None) -> tuple[str, ...]:
     """``games`` of the held-out secrets, evenly spread over the alphabetical list (all 300 by default),
     so that a short evaluation is not all words starting with A."""
-    from training.data import eval_secrets
-
     secrets = eval_secrets()
     if games is None or games >= len(secrets):
         return secrets
@@ -90,24 +84,3 @@ def evaluate_model(
         name = f"{label} (constrained: {constrain} words)"
         players.append((ModelPlayer(model, tokenizer, **settings, constrain=constrain, name=name), "constrained"))
     return [evaluate_player(player, secrets, kind, seed=seed) for player, kind in players]
-
-
-def evaluate_model_dir(
-    model: str | Path,
-    adapter: str | Path | None = None,
-    games: int | None = None,
-    *,
-    baselines: bool = False,
-    device: str | None = None,
-    **settings: Any,
-) -> list[PlayerResult]:
-    """Load ``model`` ("tiny", a directory or a hub id) with an optional LoRA ``adapter`` and
-    evaluate it on ``games`` held-out secrets; ``settings`` go to :func:`evaluate_model`."""
-    from training.modeling import load_for_inference
-
-    loaded, tokenizer = load_for_inference(str(model), adapter, device=device)
-    secrets = select_secrets(games)
-    results = evaluate_model(loaded, tokenizer, secrets, **settings)
-    if baselines:
-        results += evaluate_baselines(secrets, seed=settings.get("seed", 0))
-    return results

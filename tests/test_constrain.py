@@ -14,12 +14,13 @@ from transformers import GenerationConfig
 
 import evaluate as evaluate_cli
 from evaluation import ModelPlayer, play
-from evaluation.constrain import GuessConstraint, guess_regex
+from evaluation.constrain import GuessConstraint
 from evaluation.report import read_json
 from evaluation.run import select_secrets
 from training.config import TINY, resolve
 from training.modeling import load_for_inference
 from wordle import allowed, candidates
+from wordle.completion import guess_regex
 
 SECRETS = select_secrets(3)
 

@@ -6,17 +6,8 @@ import json
 
 import pytest
 
-from training.data import (
-    EVAL_SIZE,
-    build_rows,
-    drop_long_prompts,
-    eval_secrets,
-    load_rows,
-    save_rows,
-    train_secrets,
-    validate_rows,
-)
-from wordle import MAX_GUESSES, answers, history_for, parse_history, score_guess
+from training.data import build_rows, drop_long_prompts, load_rows, save_rows, validate_rows
+from wordle import EVAL_SIZE, MAX_GUESSES, answers, eval_secrets, history_for, parse_history, score_guess, train_secrets
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,7 @@ from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from rewards import REWARD_FUNCS
 from training.config import resolve
-from training.data import eval_secrets
-from wordle import normalize_word, parse_completion, score_guess
+from wordle import eval_secrets, normalize_word, parse_completion, score_guess
 
 SECRETS = select_secrets(40)
 

@@ -17,13 +17,13 @@ import evaluation.run
 import training.data
 from evaluation.run import evaluate_model
 from training import tiny
-from training.data import eval_secrets
 from wordle import (
     SYSTEM_PROMPT,
     Solver,
     allowed,
     answers,
     candidates,
+    eval_secrets,
     history_for,
     is_consistent,
     parse_completion,

@@ -24,6 +24,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 
 from rewards import DEFAULT_WEIGHTS, REWARD_FUNCS
 from training import device as devices
+from wordle.completion import guess_regex
 
 logger = logging.getLogger(__name__)
 
@@ -336,8 +337,6 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
             raise ConfigError(f"unknown --constrain_vllm {script.constrain_vllm!r}; valid: allowed")
         if not train_kw.get("use_vllm"):
             raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
-        from evaluation.constrain import guess_regex  # here, not at the top: only this flag needs it
-
         train_kw["vllm_structured_outputs_regex"] = guess_regex()
         notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
     unknown_rewards = [r for r in script.rewards if r not in REWARD_FUNCS]

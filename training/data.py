@@ -8,8 +8,6 @@ the columns the rewards read.
 from __future__ import annotations
 
 import ast
-import functools
-import hashlib
 import json
 import logging
 import random
@@ -25,41 +23,24 @@ from wordle import (
     MAX_GUESSES,
     Solver,
     allowed,
-    answers,
     candidates,
+    eval_secrets,
     parse_feedback,
     render_prompt,
     row_history,
     row_secret,
     score_guess,
+    train_secrets,
 )
 
 logger = logging.getLogger(__name__)
 
-EVAL_SIZE = 300
-# Changing the salt changes which secrets are held out, and so invalidates every reported result.
-_SPLIT_SALT = b"wordle-grpo/eval-split/v1"
 
-
-def _split_rank(word: str) -> bytes:
-    return hashlib.blake2b(_SPLIT_SALT + word.encode(), digest_size=8).digest()
-
-
-@functools.cache
-def eval_secrets() -> tuple[str, ...]:
-    """The fixed held-out secrets (300 answers picked by a salted hash), alphabetical.
-
-    A hash rather than a seeded shuffle, so that the split does not depend on the list order or
-    on any random generator's implementation. No training row ever uses one of these.
-    """
-    return tuple(sorted(sorted(answers(), key=_split_rank)[:EVAL_SIZE]))
-
-
-@functools.cache
-def train_secrets() -> tuple[str, ...]:
-    """Every answer that is not held out, in list order."""
+def held_out_rows(rows: Iterable[dict[str, Any]]) -> int:
+    """How many rows use a held-out evaluation secret (``wordle.eval_secrets``, the split that the
+    shipped model's build_info.json names as ``training.data.eval_secrets``)."""
     held_out = set(eval_secrets())
-    return tuple(w for w in answers() if w not in held_out)
+    return sum(str(row["secret"]).upper() in held_out for row in rows)
 
 
 def play_state(secret: str, n_past: int, rng: random.Random, solver: Solver, explore: float) -> list[tuple[str, str]]:

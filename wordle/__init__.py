@@ -34,10 +34,21 @@ from wordle.solver import (
     information_many,
     is_consistent,
 )
-from wordle.words import MAX_GUESSES, WORD_LENGTH, allowed, answers, is_allowed, normalize_word
+from wordle.words import (
+    EVAL_SIZE,
+    MAX_GUESSES,
+    WORD_LENGTH,
+    allowed,
+    answers,
+    eval_secrets,
+    is_allowed,
+    normalize_word,
+    train_secrets,
+)
 
 __all__ = [
     "ALL_GREEN",
+    "EVAL_SIZE",
     "MAX_GUESSES",
     "N_PATTERNS",
     "SYSTEM_PROMPT",
@@ -51,6 +62,7 @@ __all__ = [
     "code_to_pattern",
     "completion_text",
     "entropy_bits",
+    "eval_secrets",
     "format_feedback",
     "format_history",
     "history_for",
@@ -69,4 +81,5 @@ __all__ = [
     "row_history",
     "row_secret",
     "score_guess",
+    "train_secrets",
 ]

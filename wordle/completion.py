@@ -10,7 +10,10 @@ string searches (no backtracking regex), so a 100 kB reply costs microseconds.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
+
+from wordle.words import allowed, normalize_word
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 GUESS_OPEN, GUESS_CLOSE = "<guess>", "</guess>"
@@ -67,3 +70,23 @@ def parse_completion(text: Any) -> str | None:
     if ("<" in think and _TAG_RE.search(think)) or ("<" in word and _TAG_RE.search(word)):
         return None
     return word.strip()
+
+
+def guess_regex(words: Iterable[str] | None = None) -> str:
+    """A regex for a whole reply ``<think>…</think><guess>WORD</guess>``, WORD one of ``words``
+    (default: every allowed word) in upper case. The think holds no ``<``, so it cannot hold a tag."""
+    return f"{THINK_OPEN}[^<]*{THINK_CLOSE}{GUESS_OPEN}({'|'.join(listed_words(words))}){GUESS_CLOSE}"
+
+
+def listed_words(words: Iterable[str] | None) -> list[str]:
+    """The listed words, upper case (as the prompt shows them), sorted, once each."""
+    listed = allowed() if words is None else words
+    normalized = set()
+    for text in listed:
+        word = normalize_word(text)
+        if word is None:
+            raise ValueError(f"expected a five-letter ASCII word, got {text!r}")
+        normalized.add(word)
+    if not normalized:
+        raise ValueError("constrained decoding needs at least one word")
+    return sorted(normalized)

@@ -76,3 +76,31 @@ def encode(words: tuple[str, ...] | list[str]) -> np.ndarray:
     """Five-letter upper-case words as a ``(n, 5)`` uint8 array of letters 0..25."""
     raw = np.frombuffer("".join(words).encode("ascii"), dtype=np.uint8)
     return (raw.reshape(len(words), WORD_LENGTH) - ord("A")).astype(np.uint8)
+
+
+# --- the held-out split ----------------------------------------------------------------------
+
+EVAL_SIZE = 300
+# Changing the salt changes which secrets are held out, and so invalidates every reported result.
+_SPLIT_SALT = b"wordle-grpo/eval-split/v1"
+
+
+def _split_rank(word: str) -> bytes:
+    return hashlib.blake2b(_SPLIT_SALT + word.encode(), digest_size=8).digest()
+
+
+@functools.cache
+def eval_secrets() -> tuple[str, ...]:
+    """The fixed held-out secrets (300 answers picked by a salted hash), alphabetical.
+
+    A hash rather than a seeded shuffle, so that the split does not depend on the list order or
+    on any random generator's implementation. No training row ever uses one of these.
+    """
+    return tuple(sorted(sorted(answers(), key=_split_rank)[:EVAL_SIZE]))
+
+
+@functools.cache
+def train_secrets() -> tuple[str, ...]:
+    """Every answer that is not held out, in list order."""
+    held_out = set(eval_secrets())
+    return tuple(w for w in answers() if w not in held_out)

@@ -61,10 +61,12 @@ from training.config import (
     resolve,
     to_yaml,
 )
-from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, save_rows
+from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
+from training.rollout import GameRollout, HeldOutCheck
 from training.trainer import WordleGRPOTrainer
+from wordle import spread, train_secrets
 
 logger = logging.getLogger("grpo_train")
 
@@ -167,11 +169,15 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
 def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
     """Rows from --dataset (validated by ``plan``, or built and saved there), else built and kept in output_dir.
 
-    Keeping the built rows lets --resume continue on exactly the data the run started with.
+    Keeping the built rows lets --resume continue on exactly the data the run started with. In game
+    mode a row is a start state: by default every training secret with no guesses yet.
     """
     script, seed = resolved.script, resolved.training.seed
     path = Path(script.dataset) if script.dataset else run.out / ROWS_FILE
-    if run.rows is not None:
+    if script.rollout == "game" and run.rows is None and not script.dataset:
+        rows = [make_row(secret, []) for secret in train_secrets()]
+        logger.info("game mode: %d start states, every training secret from its first guess", len(rows))
+    elif run.rows is not None:
         rows = run.rows
         logger.info("loaded %d game states from %s", len(rows), path)
     elif path.exists() and script.resume:
@@ -237,7 +243,12 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     before = None if script.skip_eval else evaluate_start(resolved, model, tokenizer, out, resuming=bool(checkpoint))
 
     callbacks = [MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []
+    game = script.rollout == "game"
+    n_check = script.game_eval_games
     trainer = WordleGRPOTrainer(
+        rollout=GameRollout() if game else None,
+        held_out=HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check)) if game else None,
+        held_out_steps=script.game_eval_steps,
         model=model,
         reward_funcs=get_reward_funcs(script.rewards),
         args=args,

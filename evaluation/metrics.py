@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rewards import REWARD_FUNCS
+from rewards import TURN_REWARDS
 from wordle import MAX_GUESSES
 from wordle.game import Game, count
 
@@ -72,11 +72,11 @@ def reward_states(games: Sequence[Game]) -> tuple[list[str], list[str], list[lis
 
 
 def reward_means(games: Sequence[Game], seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Each reward of ``rewards.REWARD_FUNCS``, called on every state played (one batch per reward)."""
+    """Each per-turn reward (``rewards.TURN_REWARDS``), called on every state played (one batch per reward)."""
     replies, secrets, histories = reward_states(games)
     return {
         name: mean_ci(func(replies, secret=secrets, past_guess_history=histories), seed=seed)
-        for name, func in REWARD_FUNCS.items()
+        for name, func in TURN_REWARDS.items()
     }
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from rewards import REWARD_FUNCS, REWARD_RANGES
+from rewards import REWARD_FUNCS, REWARD_RANGES, TURN_REWARDS
 from wordle import MAX_GUESSES
 from wordle.game import Game
 
@@ -117,7 +117,7 @@ COLUMNS = (
     "non-word",
     "inconsistent",
     "repeat",
-    *(name.removesuffix("_reward") for name in REWARD_FUNCS),
+    *(name.removesuffix("_reward") for name in TURN_REWARDS),
 )
 
 
@@ -138,7 +138,7 @@ def table_rows(results: Sequence[PlayerResult], ci: bool = True) -> list[list[st
                 rate(m["nonword_rate"]),
                 rate(m["inconsistent_rate"]),
                 rate(m["repeat_rate"]),
-                *(reward(m["rewards"][name]) for name in REWARD_FUNCS),
+                *(reward(m["rewards"][name]) for name in TURN_REWARDS),
             ]
         )
     return rows

@@ -20,7 +20,7 @@ from typing import Any
 from evaluation.metrics import compute_metrics
 from evaluation.play import Constrain, ModelPlayer, RandomAllowedPlayer, RandomCandidatePlayer, SolverPlayer
 from evaluation.report import PlayerResult
-from wordle import eval_secrets
+from wordle import eval_secrets, spread
 from wordle.game import Player, play
 
 logger = logging.getLogger(__name__)
@@ -29,12 +29,7 @@ logger = logging.getLogger(__name__)
 def select_secrets(games: int | None = None) -> tuple[str, ...]:
     """``games`` of the held-out secrets, evenly spread over the alphabetical list (all 300 by default),
     so that a short evaluation is not all words starting with A."""
-    secrets = eval_secrets()
-    if games is None or games >= len(secrets):
-        return secrets
-    if games < 1:
-        raise ValueError(f"games must be at least 1, got {games}")
-    return tuple(secrets[i * len(secrets) // games] for i in range(games))
+    return spread(eval_secrets(), games)
 
 
 def evaluate_player(

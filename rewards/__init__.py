@@ -11,6 +11,10 @@ is what the trainer uses unless told otherwise; it is chosen so that, for every 
     most the other terms can add, 2.0 > 0.1*(1.0 - (-2.5)) + 1.0.
 
 tests/test_rewards.py checks both on fixed transcripts and on random states.
+
+In game mode (``--rollout game``) ``game_reward``, the whole game's return, joins them with
+``GAME_WEIGHTS``: a turn's total is its own shaping plus its game's return, and (a) and (b) still
+hold turn by turn, while a hack also costs its game a turn (tests/test_rollout.py).
 """
 
 from __future__ import annotations
@@ -21,15 +25,20 @@ from rewards.functions import (
     NO_GUESS_FEEDBACK,
     feedback_reward,
     format_reward,
+    game_reward,
     info_gain_reward,
     win_reward,
 )
 
-RewardFunc = Callable[..., list[float]]
+RewardFunc = Callable[..., list]
 
-REWARD_FUNCS: dict[str, RewardFunc] = {
+# The per-turn rewards: each scores one reply to one game state (both rollout modes).
+TURN_REWARDS: dict[str, RewardFunc] = {
     f.__name__: f for f in (format_reward, feedback_reward, info_gain_reward, win_reward)
 }
+# Every reward; game_reward needs the game columns that only --rollout game provides.
+REWARD_FUNCS: dict[str, RewardFunc] = {**TURN_REWARDS, game_reward.__name__: game_reward}
+GAME_ONLY = frozenset({game_reward.__name__})
 
 # Documented range of each reward, checked by the property tests.
 REWARD_RANGES: dict[str, tuple[float, float]] = {
@@ -37,6 +46,7 @@ REWARD_RANGES: dict[str, tuple[float, float]] = {
     "feedback_reward": (-2.5, 1.0),
     "info_gain_reward": (0.0, 1.0),
     "win_reward": (0.0, 1.0),
+    "game_reward": (0.0, 1.5),
 }
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -46,11 +56,21 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "win_reward": 2.0,
 }
 
+# Game mode: the per-turn rewards keep their weights as shaping, and the game's return is weighed so
+# that a won game (at least 2.0 on each of its turns) outweighs any shaping a lost game's turn can
+# collect.
+GAME_WEIGHTS: dict[str, float] = {**DEFAULT_WEIGHTS, "game_reward": 2.0}
+
+
+def default_rewards(rollout: str) -> dict[str, float]:
+    """The rewards and weights a rollout mode ("turn" or "game") uses unless told otherwise."""
+    return dict(GAME_WEIGHTS if rollout == "game" else DEFAULT_WEIGHTS)
+
 
 def get_reward_funcs(names: Iterable[str] | None = None) -> list[RewardFunc]:
-    """The reward functions for ``names`` (all of them, in registry order, by default)."""
+    """The reward functions for ``names`` (the per-turn ones, in registry order, by default)."""
     if names is None:
-        return list(REWARD_FUNCS.values())
+        return list(TURN_REWARDS.values())
     unknown = [n for n in names if n not in REWARD_FUNCS]
     if unknown:
         raise ValueError(f"unknown reward {', '.join(map(repr, unknown))}; valid: {', '.join(REWARD_FUNCS)}")
@@ -69,11 +89,16 @@ def total_reward(completions: list, weights: dict[str, float] | None = None, **c
 
 __all__ = [
     "DEFAULT_WEIGHTS",
+    "GAME_ONLY",
+    "GAME_WEIGHTS",
     "NO_GUESS_FEEDBACK",
     "REWARD_FUNCS",
     "REWARD_RANGES",
+    "TURN_REWARDS",
+    "default_rewards",
     "feedback_reward",
     "format_reward",
+    "game_reward",
     "get_reward_funcs",
     "info_gain_reward",
     "total_reward",

@@ -6,6 +6,11 @@ columns arrive as keyword lists, one entry per completion:
 - ``secret``: the answer, a five-letter word in any case;
 - ``past_guess_history``: a list of ``[GUESS, PATTERN]`` pairs, PATTERN being five G/Y/B marks.
 
+In game mode (``--rollout game``) the rollout adds per-turn columns: ``game_turn`` (the turn's
+number, None for a placeholder slot of a game that had already ended), ``game_won`` and
+``game_guesses`` (the whole game's outcome). Every reward returns None on a placeholder, so TRL
+leaves it out of its group's statistics.
+
 Whether a reply parses, is a word, or wins is decided by ``wordle/`` alone, the same functions
 the evaluation uses. Nothing here catches exceptions: a malformed reply scores low because the
 parser returns None. A malformed dataset row raises ValueError naming the row.
@@ -13,13 +18,23 @@ parser returns None. A malformed dataset row raises ValueError naming the row.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
-from wordle import candidates, information_many, is_allowed, normalize_word, parse_completion, row_history, row_secret
+from wordle import (
+    MAX_GUESSES,
+    candidates,
+    information_many,
+    is_allowed,
+    normalize_word,
+    parse_completion,
+    row_history,
+    row_secret,
+)
 from wordle.words import allowed_index
 
 # feedback_reward for a completion with no parseable five-letter guess: the floor of its range,
@@ -36,11 +51,32 @@ State = tuple[tuple[tuple[str, str], ...], str]
 T = TypeVar("T")
 
 
+# game_reward: a win scores 1, plus up to this bonus for winning in fewer guesses.
+GAME_WIN, GAME_SPEED_BONUS = 1.0, 0.5
+
+
+def per_turn(func: Callable[..., list[float]]) -> Callable[..., list[float | None]]:
+    """``func``'s scores, with None for every placeholder slot (``game_turn`` None) in game mode.
+
+    A placeholder's columns are its game's, so ``func`` scores it like any row; only the result is
+    dropped. Keeps ``func``'s name, which is its metric key."""
+
+    @functools.wraps(func)
+    def wrapper(completions: list[Any], game_turn: Sequence[int | None] | None = None, **kwargs: Any) -> list:
+        scores = func(completions, **kwargs)
+        if game_turn is None:
+            return scores
+        return [None if turn is None else score for score, turn in zip(scores, game_turn, strict=True)]
+
+    return wrapper
+
+
 def _guess_word(completion: Any) -> str | None:
     """The five-letter guess (upper case) of a well-formed reply, or None."""
     return normalize_word(parse_completion(completion))
 
 
+@per_turn
 def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
     """1.0 allowed word, 0.5 five ASCII letters but not a word, 0.1 parses but not five ASCII
     letters, 0.0 does not parse. Range [0, 1]."""
@@ -75,6 +111,7 @@ def _letter_knowledge(
     return green, yellow, grey - green.keys() - yellow.keys()
 
 
+@per_turn
 def feedback_reward(completions: list[Any], past_guess_history: Sequence[Any], **kwargs: Any) -> list[float]:
     """How well the guess uses earlier feedback: per letter +0.2 green kept, +0.1 yellow moved,
     -0.2 yellow left in place, -0.5 known-absent letter reused, +0.05 otherwise. 0.1 with no
@@ -119,6 +156,7 @@ def _validated(column: Sequence[Any], check: Callable[[int, Any], T]) -> list[T]
     return out
 
 
+@per_turn
 def info_gain_reward(
     completions: list[Any], past_guess_history: Sequence[Any], secret: Sequence[Any], **kwargs: Any
 ) -> list[float]:
@@ -149,7 +187,30 @@ def info_gain_reward(
     return scores
 
 
+@per_turn
 def win_reward(completions: list[Any], secret: Sequence[Any], **kwargs: Any) -> list[float]:
     """1.0 if the parsed guess is the secret (any case), else 0.0. Range [0, 1]."""
     secrets = _validated(secret, row_secret)
     return [1.0 if _guess_word(c) == s else 0.0 for c, s in zip(completions, secrets, strict=True)]
+
+
+def game_reward(
+    completions: list[Any],
+    game_won: Sequence[Any],
+    game_guesses: Sequence[Any],
+    game_turn: Sequence[int | None],
+    **kwargs: Any,
+) -> list[float | None]:
+    """The whole game's return, the same for every turn of a game (game mode only): 0.0 for a lost
+    game; a win scores 1.0 plus 0.5 x (6 - guesses) / 5, so 1.5 in one guess and 1.0 in six.
+    None on a placeholder slot. Range [0, 1.5]."""
+    scores: list[float | None] = []
+    for won, guesses, turn in zip(game_won, game_guesses, game_turn, strict=True):
+        if turn is None:
+            scores.append(None)
+        elif won is True:
+            used = min(max(int(guesses), 1), MAX_GUESSES)
+            scores.append(GAME_WIN + GAME_SPEED_BONUS * (MAX_GUESSES - used) / (MAX_GUESSES - 1))
+        else:
+            scores.append(0.0)
+    return scores

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import enum
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ from typing import Any
 import yaml
 from trl import GRPOConfig, ModelConfig, TrlParser
 
-from rewards import DEFAULT_WEIGHTS, REWARD_FUNCS
+from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
 from training import device as devices
+from wordle import MAX_GUESSES
 from wordle.completion import guess_regex
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ TINY = "tiny"
 # A profile's section of settings tuned for the embedded model: they apply only when the model is tiny.
 EMBEDDED_SECTION = "tiny"
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+ROLLOUTS = ("turn", "game")
+SLOTS = MAX_GUESSES  # game mode: one sample slot per possible turn
 CONFIG_FILE = "wordle_grpo_config.yaml"  # the resolved configuration, saved beside a run's adapter
 
 
@@ -99,10 +103,28 @@ class ScriptArguments:
             "max_completion_length)"
         },
     )
-    rewards: list[str] = field(
-        default_factory=lambda: list(REWARD_FUNCS),
-        metadata={"help": f"reward functions, from: {', '.join(REWARD_FUNCS)}"},
+    rollout: str = field(
+        default="turn",
+        metadata={
+            "help": "turn: each completion answers one game state from the training rows; game: each step plays "
+            "num_generations whole games per start state with the current policy, one sample per turn"
+        },
     )
+    rewards: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": f"reward functions, from: {', '.join(REWARD_FUNCS)} (default: the four per-turn ones, plus "
+            "game_reward with --rollout game)"
+        },
+    )
+    game_eval_steps: int = field(
+        default=0,
+        metadata={
+            "help": "--rollout game: every N steps, play game_eval_games held-out and as many training secrets "
+            "greedily and log the win rates (0: never)"
+        },
+    )
+    game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
     torch_threads: int = field(
         default=0,
         metadata={"help": "CPU threads for torch (0: torch's default, one per core); 1 is fastest for tiny models"},
@@ -339,11 +361,21 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
             raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
         train_kw["vllm_structured_outputs_regex"] = guess_regex()
         notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
+    if script.rollout not in ROLLOUTS:
+        raise _unknown("rollout", script.rollout, list(ROLLOUTS), "--rollout")
+    defaults = default_rewards(script.rollout)
+    if script.rewards is None:
+        script.rewards = list(defaults)
     unknown_rewards = [r for r in script.rewards if r not in REWARD_FUNCS]
     if unknown_rewards:
         raise _unknown("reward", unknown_rewards[0], list(REWARD_FUNCS), "--rewards")
+    game_only = [r for r in script.rewards if r in GAME_ONLY]
+    if game_only and script.rollout != "game":
+        raise ConfigError(f"{game_only[0]} scores whole games: it needs --rollout game")
+    if script.rollout == "game":
+        _game_batch(script, train_kw, notes)
     if train_kw.get("reward_weights") is None:
-        train_kw["reward_weights"] = [DEFAULT_WEIGHTS[r] for r in script.rewards]
+        train_kw["reward_weights"] = [defaults.get(r, 1.0) for r in script.rewards]
     elif len(train_kw["reward_weights"]) != len(script.rewards):
         raise ConfigError(
             f"reward_weights has {len(train_kw['reward_weights'])} values for {len(script.rewards)} rewards "
@@ -380,6 +412,33 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
         regex = changed["grpo_config"]["vllm_structured_outputs_regex"]
         changed["grpo_config"]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
     return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
+
+
+def _game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    """Game mode's batch: one optimizer step sees whole games, each as one sample per turn slot.
+
+    The rollout lays out each start state's games as ``SLOTS`` consecutive groups (turn 1's
+    num_generations samples, then turn 2's, ...), so a step's samples must be a multiple of
+    ``SLOTS x num_generations``. ``per_device_train_batch_size`` stays the memory knob; the gradient
+    accumulation is raised until a step holds whole games."""
+    if script.game_eval_steps < 0 or script.game_eval_games < 1:
+        raise ConfigError("--game_eval_steps must be 0 (off) or more, and --game_eval_games at least 1")
+    if script.game_eval_games > 300:
+        raise ConfigError(f"--game_eval_games must be at most 300 (the held-out secrets), got {script.game_eval_games}")
+    for key in ("generation_batch_size", "steps_per_generation"):
+        if train_kw.get(key) is not None:
+            raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")
+    block = SLOTS * train_kw.get("num_generations", 8)
+    per_device = train_kw.get("per_device_train_batch_size", 8)
+    accumulation = train_kw.get("gradient_accumulation_steps", 1)
+    needed = math.lcm(block, per_device) // per_device
+    if accumulation % needed:
+        raised = needed * -(-accumulation // needed)
+        notes.append(
+            f"--rollout game: gradient_accumulation_steps {accumulation} -> {raised}, so that a step holds whole "
+            f"games ({SLOTS} turn slots x num_generations {train_kw.get('num_generations', 8)} samples per start state)"
+        )
+        train_kw["gradient_accumulation_steps"] = raised
 
 
 def _absent_message(device: str, profile: str) -> str:
@@ -460,6 +519,7 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "generation_batch_size": t.generation_batch_size,
             "steps_per_generation": t.steps_per_generation,
         },
+        "rollout": _rollout_summary(s, completions, t.num_generations),
         "generation": {
             "max_completion_length": t.max_completion_length,
             "temperature": t.temperature,
@@ -475,6 +535,26 @@ def summary(resolved: Resolved) -> dict[str, Any]:
         "evaluation": {"before_and_after": not s.skip_eval, **eval_settings(resolved)},
         "notes": resolved.notes,
         **resolved.changed,
+    }
+
+
+def _rollout_summary(script: ScriptArguments, samples: int, generations: int) -> dict[str, Any]:
+    if script.rollout == "turn":
+        return {"mode": "turn", "completions_per_step": samples, "states_per_step": samples // generations}
+    return {
+        "mode": "game",
+        "games_per_step": samples // SLOTS,
+        "start_states_per_step": samples // (SLOTS * generations),
+        "games_per_start_state": generations,
+        "samples_per_step": samples,
+        "sample_layout": f"{SLOTS} turn slots x {generations} games per start state; a slot after its game ended "
+        "is a masked placeholder whose rewards are all None",
+        "held_out_check": (
+            f"every {script.game_eval_steps} steps, {script.game_eval_games} held-out and {script.game_eval_games} "
+            "training secrets, greedy"
+            if script.game_eval_steps
+            else "off"
+        ),
     }
 
 

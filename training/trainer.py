@@ -1,31 +1,92 @@
-"""TRL's GRPOTrainer with the run visible: step time and peak memory in every log, and a compact progress line.
+"""TRL's GRPOTrainer with the run visible, and with whole games as rollouts when asked.
 
-Only logging is added; generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py``
-measures the difference against a bare GRPOTrainer).
+- Every training log gets ``peak_memory_mb``, and the progress bar writes one readable line per log.
+- ``rollout=GameRollout()`` (``--rollout game``) passes it to TRL as ``rollout_func``, hands it each
+  batch's dataset rows, and samples each start state ``SLOTS x num_generations`` times in a row
+  (see ``training/rollout.py``); ``held_out=HeldOutCheck(...)`` adds a greedy held-out win rate to
+  the logs every ``held_out_steps`` steps, and at the start.
+
+Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
+difference against a bare GRPOTrainer).
 """
 
 from __future__ import annotations
 
-from transformers import ProgressCallback
+import os
+
+from transformers import ProgressCallback, TrainerCallback
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from training.device import memory_source, peak_memory_mb
+from training.rollout import GameRollout, HeldOutCheck, quiet_placeholder_warning
 
 
 class WordleGRPOTrainer(GRPOTrainer):
     """Adds ``peak_memory_mb`` to training logs, so that it reaches the log history, the progress line
     and every ``report_to`` tracker alike (TRL already logs ``step_time``, rewards, lengths and clipping)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        rollout: GameRollout | None = None,
+        held_out: HeldOutCheck | None = None,
+        held_out_steps: int = 0,
+        **kwargs,
+    ) -> None:
+        self.game_rollout, self.held_out, self.held_out_steps = rollout, held_out, held_out_steps
+        self.rollout_rows: list[dict] = []
+        if rollout is not None:
+            # TRL warns once that rollout_func is experimental; this project pins the TRL it was built on.
+            os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+            quiet_placeholder_warning()
+            kwargs["rollout_func"] = rollout
         super().__init__(*args, **kwargs)
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RunProgress())
+        if held_out is not None and held_out_steps:
+            self.add_callback(_CheckAtStart(self))
+
+    def _get_train_sampler(self, dataset=None):
+        if self.game_rollout is None:
+            return super()._get_train_sampler(dataset)
+        # Each start state is repeated for all its turn slots and games, so a batch's rows arrive whole.
+        block = self.num_generations * self.game_rollout.slots
+        return RepeatSampler(
+            data_source=self.train_dataset if dataset is None else dataset,
+            mini_repeat_count=block,
+            batch_size=self.args.generation_batch_size // block,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    def _generate_and_score_completions(self, inputs):
+        self.rollout_rows = inputs  # TRL passes rollout_func the prompts only; the game needs the rows
+        return super()._generate_and_score_completions(inputs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
             logs["peak_memory_mb"] = peak_memory_mb()
+            step = self.state.global_step
+            if self.held_out is not None and self.held_out_steps and step % self.held_out_steps == 0:
+                logs.update(self.held_out(self))
         super().log(logs, start_time)
+
+
+class _CheckAtStart(TrainerCallback):
+    """The held-out check once before the first step, so the learning curve starts at step 0."""
+
+    def __init__(self, trainer: WordleGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self.trainer.log(self.trainer.held_out(self.trainer))
+
+
+_GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("inconsistent_rate", "inconsistent"))
 
 
 def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
@@ -42,6 +103,14 @@ def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
     if "completions/mean_length" in logs:
         parts.append(
             f"len {logs['completions/mean_length']:.1f} clipped {logs.get('completions/clipped_ratio', 0):.2f}"
+        )
+    if "game/win_rate" in logs:
+        game = [f"games won {logs['game/win_rate']:.2f}"]
+        game += [f"{name} {logs[f'game/{key}']:.2f}" for key, name in _GAME_PARTS if f"game/{key}" in logs]
+        parts.append(" ".join(game))
+    if "heldout/win_rate" in logs:
+        parts.append(
+            f"held-out won {logs['heldout/win_rate']:.2f} (train secrets {logs['heldout/train_win_rate']:.2f})"
         )
     if "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
         parts.append(f"{logs['step_time']:.2f} s/step")

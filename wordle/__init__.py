@@ -43,6 +43,7 @@ from wordle.words import (
     eval_secrets,
     is_allowed,
     normalize_word,
+    spread,
     train_secrets,
 )
 
@@ -81,5 +82,6 @@ __all__ = [
     "row_history",
     "row_secret",
     "score_guess",
+    "spread",
     "train_secrets",
 ]

@@ -104,3 +104,13 @@ def train_secrets() -> tuple[str, ...]:
     """Every answer that is not held out, in list order."""
     held_out = set(eval_secrets())
     return tuple(w for w in answers() if w not in held_out)
+
+
+def spread(words: tuple[str, ...], n: int | None = None) -> tuple[str, ...]:
+    """``n`` of ``words``, evenly spread over the list (all of them by default), so that a short
+    evaluation of an alphabetical list is not all words starting with A."""
+    if n is None or n >= len(words):
+        return words
+    if n < 1:
+        raise ValueError(f"games must be at least 1, got {n}")
+    return tuple(words[i * len(words) // n] for i in range(n))

@@ -1,0 +1,242 @@
+"""Full-game rollouts (``--rollout game``): TRL's ``rollout_func`` plays whole games with the policy.
+
+Each step, every start state of the batch (a training secret with an empty history, or a
+``--dataset`` row that starts mid-way) is played ``num_generations`` times to the end with the
+current policy, through ``wordle.game.play``: the loop the evaluation drives, with each turn's
+prompt exactly the one the evaluation renders for that state.
+
+TRL groups samples by ``num_generations`` consecutive entries and compares each sample with its
+group. The layout makes a group one turn slot of one start state's games:
+
+    start state 0: [turn 1 of games 0..G-1] [turn 2 of games 0..G-1] ... [turn 6 of games 0..G-1]
+    start state 1: ...
+
+A game that ended before a slot fills it with a placeholder (prompt and completion one eos token,
+loss mask 0) whose rewards are all None: TRL leaves it out of its group's mean and std, gives it
+advantage 0, and it adds no loss token. So turn t's advantage is its total (its own shaping plus
+its game's return) against the mean over the games still alive at turn t: a per-slot baseline
+that knows how far the game got. Rewards are scaled by the batch's std (``scale_rewards: batch``
+in the profiles), not the group's: a late slot with two live games would otherwise turn any
+difference into +-0.71.
+
+The trainer's sampler repeats each start state ``SLOTS x num_generations`` times, so the rows of a
+batch arrive whole (``WordleGRPOTrainer``); TRL passes only the prompts to ``rollout_func``, so the
+trainer hands the rollout the batch's rows. Games are sampled from a torch generator state seeded
+by the run's seed, the step and the process, so a resumed run plays the same games.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+from trl.models.utils import unwrap_model_for_generation
+
+from wordle import row_history, row_secret
+from wordle.game import Game, GameView, count, play
+
+SLOTS = 6  # one sample slot per possible turn (wordle.MAX_GUESSES); training.config checks the batch fits
+
+
+class PolicyPlayer:
+    """A ``wordle.game`` player that generates with the trainer's policy and keeps each turn's tokens.
+
+    Sampled exactly as TRL samples (its tokenizer call, its generation config, its model
+    unwrapping; vLLM when the trainer uses it), or greedy for the held-out check. ``records``
+    maps ``(game index, turn)`` to ``(prompt_ids, completion_ids, logprobs)``: the sampling
+    log-probabilities of the chosen tokens (vLLM's own when it generates).
+    """
+
+    name = "policy"
+
+    def __init__(self, trainer: Any, greedy: bool = False) -> None:
+        self.trainer, self.greedy = trainer, greedy
+        self.records: dict[tuple[int, int], tuple[list[int], list[int], list[float]]] = {}
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        trainer = self.trainer
+        prompt_ids = trainer._tokenize_prompts([v.prompt for v in views])[0]
+        if trainer.use_vllm and not self.greedy:
+            completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, 1)
+        else:
+            completion_ids, logprobs = self._generate(prompt_ids)
+        for view, prompt, completion, logps in zip(views, prompt_ids, completion_ids, logprobs, strict=True):
+            self.records[(view.game, view.turn)] = (list(prompt), list(completion), list(logps))
+        return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+
+    def _config(self) -> GenerationConfig:
+        config = GenerationConfig.from_dict(self.trainer.generation_config.to_dict())
+        if self.greedy:  # transformers' neutral values: greedy neither uses nor warns about them
+            config.update(do_sample=False, temperature=1.0, top_p=1.0, top_k=50, min_p=None)
+        config.update(output_scores=True, return_dict_in_generate=True)
+        return config
+
+    @torch.no_grad()
+    def _generate(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        trainer = self.trainer
+        pad_id = trainer._tokenizer.pad_token_id
+        width = max(len(ids) for ids in prompt_ids)
+        # Left padding, so that every row's prompt ends where generation starts.
+        input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in prompt_ids])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        device = trainer.accelerator.device
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            generation_kwargs=trainer.generation_kwargs,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model:
+            out = model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=mask.to(device),
+                generation_config=self._config(),
+            )
+        tokens = out.sequences[:, width:].cpu()
+        # The scores are the logits after temperature (and any top-k/top-p), so their log-softmax
+        # at the sampled token is the probability it was drawn with.
+        logps = torch.stack([s.float().log_softmax(-1) for s in out.scores], dim=1).cpu()
+        chosen = logps.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        eos = set(trainer.eos_token_ids)
+        completions, logprobs = [], []
+        for row, row_logps in zip(tokens.tolist(), chosen.tolist(), strict=True):
+            end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))  # up to and with the first eos
+            completions.append(row[:end])
+            logprobs.append(row_logps[:end])
+        return completions, logprobs
+
+
+def _generator_seed(seed: int, step: int, process: int) -> int:
+    return (seed * 1_000_003 + step * 7_919 + process) % 2**63
+
+
+class GameRollout:
+    """``rollout_func(prompts, trainer)`` for TRL's GRPOTrainer: whole games, one sample per turn slot."""
+
+    def __init__(self, slots: int = SLOTS) -> None:
+        self.slots = slots
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
+        rows = trainer.rollout_rows  # the batch's dataset rows, handed over by WordleGRPOTrainer
+        generations = trainer.num_generations
+        block = self.slots * generations
+        if len(prompts) != len(rows) or len(rows) % block:
+            raise ValueError(
+                f"a game batch needs whole blocks of {block} rows (got {len(rows)}, {len(prompts)} prompts)"
+            )
+        starts = [rows[i] for i in range(0, len(rows), block) for _ in range(generations)]
+        secrets = [row_secret(f"row {i}", row["secret"]) for i, row in enumerate(starts)]
+        histories = [row_history(f"row {i}", row["past_guess_history"]) for i, row in enumerate(starts)]
+        player = PolicyPlayer(trainer)
+        step, process = trainer.state.global_step, trainer.accelerator.process_index
+        with torch.random.fork_rng(devices=_rng_devices(trainer)):
+            torch.manual_seed(_generator_seed(trainer.args.seed, step, process))
+            games = play(player, secrets, histories)
+        log_game_metrics(trainer, games)
+        return self.layout(games, player.records, generations, trainer.eos_token_ids[0])
+
+    def layout(self, games: Sequence[Game], records: dict, generations: int, eos_id: int) -> dict[str, list]:
+        """The samples in TRL's order: per start state, slot by slot, game by game."""
+        out: dict[str, list] = {
+            key: []
+            for key in (
+                "prompt_ids",
+                "completion_ids",
+                "logprobs",
+                "env_mask",
+                "secret",
+                "past_guess_history",
+                "game_turn",
+                "game_won",
+                "game_guesses",
+            )
+        }
+        for first in range(0, len(games), generations):
+            group = games[first : first + generations]
+            for slot in range(self.slots):
+                for offset, game in enumerate(group):
+                    live = slot < len(game.turns)
+                    if live:
+                        turn = game.turns[slot]
+                        prompt, completion, logps = records[(first + offset, turn.turn)]
+                        before = game.start + tuple(
+                            (t.guess, t.pattern) for t in game.turns[:slot] if t.status == "valid"
+                        )
+                    else:  # the game ended: a placeholder, scored None and masked out of the loss
+                        prompt, completion, logps, before = [eos_id], [eos_id], [0.0], game.history
+                    out["prompt_ids"].append(prompt)
+                    out["completion_ids"].append(completion)
+                    out["logprobs"].append(logps)
+                    out["env_mask"].append([int(live)] * len(completion))
+                    out["secret"].append(game.secret)
+                    out["past_guess_history"].append([list(pair) for pair in before])
+                    out["game_turn"].append(game.turns[slot].turn if live else None)
+                    out["game_won"].append(game.won)
+                    out["game_guesses"].append(game.guesses)
+        return out
+
+
+def _rng_devices(trainer: Any) -> list:
+    device = trainer.accelerator.device
+    return [device] if device.type == "cuda" else []
+
+
+def game_rates(games: Sequence[Game]) -> dict[str, float]:
+    """``game/*`` metrics of a set of games: win rate, guesses per win, invalid and inconsistent rates."""
+    c = count(games)
+    rates = {
+        "game/win_rate": c.wins / max(c.games, 1),
+        "game/invalid_rate": (c.format_failures + c.nonwords) / max(c.turns, 1),
+    }
+    if c.won_guesses:
+        rates["game/guesses"] = sum(c.won_guesses) / len(c.won_guesses)
+    if c.valid:
+        rates["game/inconsistent_rate"] = c.inconsistent / c.valid
+    return rates
+
+
+def log_game_metrics(trainer: Any, games: Sequence[Game]) -> None:
+    # TRL's completions/* metrics count unmasked tokens only (placeholders show length 0), so the
+    # games get their own. _log_metric averages over the logging interval and across processes.
+    for name, value in game_rates(games).items():
+        trainer._log_metric(name, value)
+
+
+class HeldOutCheck:
+    """A cheap learning curve: greedy games on a fixed set of held-out secrets and as many training
+    secrets, so that the train/held-out gap (a prior over which words are secrets, not skill)
+    shows next to the held-out win rate."""
+
+    def __init__(self, held_out: Sequence[str], train: Sequence[str]) -> None:
+        self.held_out, self.train = list(held_out), list(train)
+
+    def __call__(self, trainer: Any) -> dict[str, float]:
+        player = PolicyPlayer(trainer, greedy=True)
+        was_training = trainer.model.training
+        trainer.model.eval()
+        try:
+            held_out = play(player, self.held_out)
+            train = play(player, self.train)
+        finally:
+            trainer.model.train(was_training)
+        rates = {f"heldout/{k.split('/')[1]}": v for k, v in game_rates(held_out).items()}
+        rates["heldout/train_win_rate"] = game_rates(train)["game/win_rate"]
+        return rates
+
+
+class _DropPlaceholderWarning(logging.Filter):
+    """TRL warns, dumping the whole row, whenever every reward of a sample is None: in game mode
+    that is every placeholder, every step. Only those records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("All reward functions returned None" in message and "'game_turn': None" in message)
+
+
+def quiet_placeholder_warning() -> None:
+    logger = logging.getLogger("trl.trainer.grpo_trainer")
+    if not any(isinstance(f, _DropPlaceholderWarning) for f in logger.filters):
+        logger.addFilter(_DropPlaceholderWarning())

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 from rewards.functions import (
     NO_GUESS_FEEDBACK,
+    candidate_reward,
     feedback_reward,
     format_reward,
     game_reward,
@@ -34,7 +35,7 @@ RewardFunc = Callable[..., list]
 
 # The per-turn rewards: each scores one reply to one game state (both rollout modes).
 TURN_REWARDS: dict[str, RewardFunc] = {
-    f.__name__: f for f in (format_reward, feedback_reward, info_gain_reward, win_reward)
+    f.__name__: f for f in (format_reward, feedback_reward, info_gain_reward, candidate_reward, win_reward)
 }
 # Every reward; game_reward needs the game columns that only --rollout game provides.
 REWARD_FUNCS: dict[str, RewardFunc] = {**TURN_REWARDS, game_reward.__name__: game_reward}
@@ -45,6 +46,7 @@ REWARD_RANGES: dict[str, tuple[float, float]] = {
     "format_reward": (0.0, 1.0),
     "feedback_reward": (-2.5, 1.0),
     "info_gain_reward": (0.0, 1.0),
+    "candidate_reward": (0.0, 1.0),
     "win_reward": (0.0, 1.0),
     "game_reward": (0.0, 1.5),
 }
@@ -95,6 +97,7 @@ __all__ = [
     "REWARD_FUNCS",
     "REWARD_RANGES",
     "TURN_REWARDS",
+    "candidate_reward",
     "default_rewards",
     "feedback_reward",
     "format_reward",

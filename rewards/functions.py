@@ -30,12 +30,13 @@ from wordle import (
     candidates,
     information_many,
     is_allowed,
+    is_consistent,
     normalize_word,
     parse_completion,
     row_history,
     row_secret,
 )
-from wordle.words import allowed_index
+from wordle.words import allowed_index, answer_index
 
 # feedback_reward for a completion with no parseable five-letter guess: the floor of its range,
 # the score of five known-absent letters. Under DEFAULT_WEIGHTS the format term then decides,
@@ -184,6 +185,24 @@ def info_gain_reward(
         for rows, value in zip(by_word.values(), values):
             for row in rows:
                 scores[row] = value
+    return scores
+
+
+@per_turn
+def candidate_reward(
+    completions: list[Any], past_guess_history: Sequence[Any], secret: Sequence[Any], **kwargs: Any
+) -> list[float]:
+    """1.0 if the guess could still be the secret given every earlier feedback (it is an answer, or
+    the secret itself, that scores each past guess exactly as marked), else 0.0: the exact form of
+    using the feedback, which a random still-possible answer follows to win 98% of games. A repeated
+    wrong guess scores 0.0. Range [0, 1]."""
+    histories, secrets = _validated(past_guess_history, row_history), _validated(secret, row_secret)
+    answer_words = answer_index()
+    scores = []
+    for completion, history, secret_word in zip(completions, histories, secrets, strict=True):
+        word = _guess_word(completion)
+        possible = word is not None and (word in answer_words or word == secret_word)
+        scores.append(1.0 if possible and is_consistent(word, history) else 0.0)
     return scores
 
 

@@ -120,8 +120,8 @@ class ScriptArguments:
     game_eval_steps: int = field(
         default=0,
         metadata={
-            "help": "--rollout game: every N steps, play game_eval_games held-out and as many training secrets "
-            "greedily and log the win rates (0: never)"
+            "help": "every N steps, play game_eval_games held-out and as many training secrets greedily and log "
+            "the win rates: the learning curve (0: never)"
         },
     )
     game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
@@ -322,6 +322,12 @@ def _check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: d
         raise ConfigError("--torch_threads and --mps_empty_cache_steps must be 0 (off) or more")
     if not 1 <= script.eval_games <= 300:
         raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
+    if script.game_eval_steps < 0:
+        raise ConfigError(f"--game_eval_steps must be 0 (off) or more, got {script.game_eval_steps}")
+    if not 1 <= script.game_eval_games <= 300:
+        raise ConfigError(
+            f"--game_eval_games must be between 1 and 300 (the held-out secrets), got {script.game_eval_games}"
+        )
     if script.merge_dtype not in MERGE_DTYPES:
         raise ConfigError(f"unknown --merge_dtype {script.merge_dtype!r}; valid: {', '.join(MERGE_DTYPES)}")
 
@@ -421,10 +427,6 @@ def _game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[s
     num_generations samples, then turn 2's, ...), so a step's samples must be a multiple of
     ``SLOTS x num_generations``. ``per_device_train_batch_size`` stays the memory knob; the gradient
     accumulation is raised until a step holds whole games."""
-    if script.game_eval_steps < 0 or script.game_eval_games < 1:
-        raise ConfigError("--game_eval_steps must be 0 (off) or more, and --game_eval_games at least 1")
-    if script.game_eval_games > 300:
-        raise ConfigError(f"--game_eval_games must be at most 300 (the held-out secrets), got {script.game_eval_games}")
     for key in ("generation_batch_size", "steps_per_generation"):
         if train_kw.get(key) is not None:
             raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 
+import torch
 from transformers import ProgressCallback, TrainerCallback
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from training.device import memory_source, peak_memory_mb
 from training.rollout import GameRollout, HeldOutCheck, quiet_placeholder_warning
@@ -62,6 +63,20 @@ class WordleGRPOTrainer(GRPOTrainer):
             seed=self.args.seed,
         )
 
+    def _prepare_inputs(self, generation_batch):
+        if self.game_rollout is None or not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        # TRL's, less the shuffle, plus trimming. One optimizer step takes the whole generation batch
+        # (training.config sets the accumulation so), so the order of its micro-batches cannot change
+        # the update; kept in slot order, a micro-batch holds turns of one slot, whose prompts are of
+        # similar length, and trimming the columns that are padding in all of its rows stops a turn-1
+        # prompt paying for a turn-6 one's width, and a micro-batch of placeholders from costing anything.
+        every = self.args.steps_per_generation * self.num_iterations
+        if self._step % every == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            self._buffered_inputs = [trim_padding(b) for b in split_tensor_dict(batch, self.args.steps_per_generation)]
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
     def _generate_and_score_completions(self, inputs):
         self.rollout_rows = inputs  # TRL passes rollout_func the prompts only; the game needs the rows
         return super()._generate_and_score_completions(inputs)
@@ -73,6 +88,23 @@ class WordleGRPOTrainer(GRPOTrainer):
             if self.held_out is not None and self.held_out_steps and step % self.held_out_steps == 0:
                 logs.update(self.held_out(self))
         super().log(logs, start_time)
+
+
+def trim_padding(batch: dict) -> dict:
+    """The micro-batch without the prompt columns that are left padding in every row, nor the
+    completion columns that are right padding in every row (the per-token tensors alike)."""
+    prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
+    start = int(prompt_mask.any(0).nonzero()[0])
+    end = int(completion_mask.any(0).nonzero()[-1]) + 1
+    width = completion_mask.shape[1]
+    out = dict(batch)
+    for key in ("prompt_ids", "prompt_mask"):
+        out[key] = batch[key][:, start:]
+    for key, value in batch.items():
+        per_token = torch.is_tensor(value) and value.ndim == 2 and value.shape[1] == width
+        if per_token and key not in ("prompt_ids", "prompt_mask"):
+            out[key] = value[:, :end]
+    return out
 
 
 class _CheckAtStart(TrainerCallback):

@@ -1,0 +1,216 @@
+"""Game mode (``--rollout game``): the sample layout, placeholders that carry no reward, advantage or
+gradient, the same games for the same seed and step (also after --resume), the rewards' ordering
+on whole games, and a real game-mode run of the embedded model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import grpo_train
+from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
+from training.config import ConfigError, resolve, summary
+from training.rollout import SLOTS, GameRollout
+from wordle import MAX_GUESSES, history_for
+from wordle.game import Game, format_reply, play
+
+# Two steps of 2 start states x 4 games each (48 turn samples), micro-batches of 8.
+GAME = [
+    "--profile",
+    "cpu",
+    "--rollout",
+    "game",
+    "--num_generations",
+    "4",
+    "--per_device_train_batch_size",
+    "8",
+    "--gradient_accumulation_steps",
+    "6",
+    "--scale_rewards",
+    "batch",
+    "--save_steps",
+    "2",
+    "--disable_tqdm",
+    "true",
+    "--seed",
+    "5",
+    "--skip_eval",
+    "true",
+]
+
+
+def scripted_game(secret: str, words: list[str], start: tuple = ()) -> Game:
+    """A game played with ``words`` in turn: ``!XXXXX`` a non-word, ``?`` a reply that does not parse, a
+    string starting with ``<`` a raw reply."""
+
+    class Script:
+        name = "script"
+
+        def replies(self, views):
+            return [self.reply(v.turn - len(start) - 1) for v in views]
+
+        def reply(self, i):
+            word = words[min(i, len(words) - 1)]
+            if word == "?":
+                return "<guess>oops"
+            return word if word.startswith("<") else format_reply(word.lstrip("!"))
+
+    [game] = play(Script(), [secret], [start])
+    return game
+
+
+def records_for(games: list[Game]) -> dict:
+    return {(i, t.turn): ([1, 2, i], [7, t.turn, 0], [-0.5, -0.25, -0.1]) for i, g in enumerate(games) for t in g.turns}
+
+
+def columns(out: dict) -> dict:
+    return {k: v for k, v in out.items() if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
+
+
+def test_layout_is_slot_groups_of_games_with_masked_placeholders():
+    games = [
+        scripted_game("CRANE", ["SLATE", "CRANE"]),  # won in 2
+        scripted_game("CRANE", ["CRANE"]),  # won in 1
+        scripted_game("CRANE", ["SLATE", "!ZZZZZ", "BRINE", "CRANE"]),  # a non-word, won in 4
+        scripted_game("CRANE", ["SLATE"]),  # lost: six turns
+    ]
+    out = GameRollout().layout(games, records_for(games), generations=4, eos_id=0)
+    assert all(len(v) == SLOTS * 4 for v in out.values())
+    for slot in range(SLOTS):
+        for g, game in enumerate(games):
+            i = slot * 4 + g
+            live = slot < len(game.turns)
+            assert out["game_turn"][i] == (slot + 1 if live else None)
+            assert out["env_mask"][i] == ([1, 1, 1] if live else [0])
+            assert out["completion_ids"][i] == ([7, slot + 1, 0] if live else [0])
+            assert out["game_won"][i] == game.won and out["game_guesses"][i] == game.guesses
+    # The history shown before turn 3 of game 2 holds only its valid guesses.
+    assert out["past_guess_history"][2 * 4 + 2] == [["SLATE", "BBGBG"]]
+    assert sum(t is None for t in out["game_turn"]) == 4 * SLOTS - (2 + 1 + 4 + 6)
+
+
+def test_every_reward_is_none_on_a_placeholder_and_in_range_elsewhere():
+    games = [scripted_game("CRANE", ["SLATE", "CRANE"]), scripted_game("CRANE", ["?", "SLATE", "TRACE"])]
+    out = GameRollout().layout(games, records_for(games), generations=2, eos_id=0)
+    replies = [
+        games[i % 2].turns[s].reply if out["game_turn"][s * 2 + i % 2] else "" for s in range(SLOTS) for i in (0, 1)
+    ]
+    for name, func in REWARD_FUNCS.items():
+        scores = func(replies, **columns(out))
+        low, high = REWARD_RANGES[name]
+        for score, turn in zip(scores, out["game_turn"], strict=True):
+            assert (score is None) == (turn is None), name
+            assert score is None or low <= score <= high, name
+
+
+def total(game: Game, turn: int, weights=GAME_WEIGHTS) -> float:
+    """The weighted total of ``game``'s turn ``turn`` (1-based among the played turns), as TRL sums it."""
+    out = GameRollout(slots=MAX_GUESSES).layout([game], records_for([game]), generations=1, eos_id=0)
+    reply = game.turns[turn - 1].reply
+    cols = {k: [v[turn - 1]] for k, v in columns(out).items()}
+    return sum(w * f([reply], **cols)[0] for f, w in zip(get_reward_funcs(list(weights)), weights.values()))
+
+
+# The hacks a policy will try at turn 2 of a game against CRANE, each followed by the same honest play.
+HACKS = ["?", "!ZZZZZ", "<think></think><guess>CRANE</guess><guess>SLATE</guess>"]
+
+
+@pytest.mark.parametrize("hack", HACKS)
+def test_no_hack_in_a_game_scores_above_an_honest_guess(hack):
+    hacked = scripted_game("CRANE", ["SLATE", hack, "BRINE", "CRANE"])
+    assert hacked.turns[1].status != "valid" and hacked.won and hacked.guesses == 4
+    # In the same state, an honest guess that reuses absent letters (and so helps nothing) beats the hack.
+    poor = scripted_game("CRANE", ["SLATE", "STEAL", "BRINE", "CRANE"])
+    assert poor.guesses == hacked.guesses
+    assert total(hacked, 2) < total(poor, 2)
+    # The hack also costs its game a guess: the same opening turn totals less than in the honest game.
+    honest = scripted_game("CRANE", ["SLATE", "BRINE", "CRANE"])
+    assert total(hacked, 1) < total(honest, 1)
+
+
+def test_the_winning_turn_beats_any_other_reply_in_its_state():
+    won = scripted_game("CRANE", ["SLATE", "CRANE"])
+    for other in ["TRACE", "BRINE", "SLATE", "!ZZZZZ", "?"]:
+        lost = scripted_game("CRANE", ["SLATE", other, "BRINE"])
+        assert total(won, 2) > total(lost, 2), other
+
+
+def test_dry_run_shows_games_per_step_and_raises_the_accumulation():
+    resolved = resolve(["--profile", "cpu", "--rollout", "game", "--num_generations", "4", "--dry-run"])
+    rollout = summary(resolved)["rollout"]
+    samples = resolved.training.per_device_train_batch_size * resolved.training.gradient_accumulation_steps
+    assert samples % (SLOTS * 4) == 0
+    assert rollout["mode"] == "game" and rollout["games_per_step"] == samples // SLOTS
+    assert rollout["samples_per_step"] == samples
+    assert "game_reward" in resolved.weights
+    with pytest.raises(ConfigError, match="needs --rollout game"):
+        resolve(["--profile", "cpu", "--rollout", "turn", "--rewards", "format_reward", "game_reward"])
+    with pytest.raises(ConfigError, match="unknown rollout 'games'"):
+        resolve(["--profile", "cpu", "--rollout", "games"])
+
+
+def train(out: Path, *extra: str):
+    return grpo_train.train(resolve([*GAME, "--output_dir", str(out), *extra]))
+
+
+def game_logs(trainer_or_history) -> list[dict]:
+    history = getattr(getattr(trainer_or_history, "state", None), "log_history", trainer_or_history)
+    return [{k: v for k, v in h.items() if k.startswith("game/")} for h in history if "game/win_rate" in h]
+
+
+def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_path):
+    full = train(tmp_path / "full", "--max_steps", "3", "--game_eval_steps", "3", "--game_eval_games", "4")
+    logs = game_logs(full)
+    assert len(logs) == 3
+    for log in logs:
+        assert 0 <= log["game/win_rate"] <= 1 and 0 <= log["game/invalid_rate"] <= 1
+    history = full.state.log_history
+    checks = [h for h in history if "heldout/win_rate" in h]
+    assert [h["step"] for h in checks] == [0, 3]  # the learning curve starts before the first step
+    assert any("lora_B" in n and p.abs().sum() > 0 for n, p in full.model.named_parameters())  # it learnt
+
+    # Stop after step 2 (a checkpoint), resume to 3: step 3 plays the same games as the run straight through.
+    train(tmp_path / "cut", "--max_steps", "2")
+    resumed = train(tmp_path / "cut", "--max_steps", "3", "--resume", "true")
+    assert game_logs(resumed)[-1] == logs[-1]
+
+
+def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path):
+    trainer = train(tmp_path / "out", "--max_steps", "1")
+    trainer.model.train()
+    batch = [
+        {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}
+        for row in trainer.train_dataset.select(range(2))
+        for _ in range(SLOTS * 4)
+    ]
+    out = trainer._generate_and_score_completions(batch)
+    placeholder = out["tool_mask"].sum(1) == 0
+    assert placeholder.any() and (~placeholder).any()
+    assert torch.all(out["advantages"][placeholder] == 0)
+    # A micro-batch of placeholders alone gives every trainable weight a zero gradient.
+    rows = placeholder.nonzero().squeeze(1)[:8]
+    micro = {k: (v[rows] if torch.is_tensor(v) and v.ndim > 0 else v) for k, v in out.items()}
+    trainer.model.zero_grad()
+    trainer.compute_loss(trainer.model, micro).backward()
+    grads = [p.grad for p in trainer.model.parameters() if p.requires_grad]
+    assert grads and all(g is None or torch.count_nonzero(g) == 0 for g in grads)
+
+
+def test_the_same_seed_and_step_play_the_same_games(tmp_path):
+    a = game_logs(train(tmp_path / "a", "--max_steps", "2"))
+    b = game_logs(train(tmp_path / "b", "--max_steps", "2"))
+    assert a == b
+    c = game_logs(train(tmp_path / "c", "--max_steps", "2", "--seed", "6"))
+    assert c != a
+
+
+def test_dataset_rows_start_games_mid_way(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    history = history_for("CRANE", ["SLATE", "BRINE"])
+    rows.write_text(json.dumps({"secret": "CRANE", "past_guess_history": history}) + "\n")
+    trainer = train(tmp_path / "out", "--max_steps", "1", "--dataset", str(rows))
+    [log] = game_logs(trainer)
+    assert 0 <= log["game/win_rate"] <= 1

@@ -42,6 +42,7 @@ from evaluation.report import (
     markdown,
     markdown_table,
     plot_guess_histogram,
+    plot_learning_curve,
     plot_reward_curves,
     read_json,
     rich_table,
@@ -64,7 +65,7 @@ from training.config import (
 from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
-from training.rollout import GameRollout, HeldOutCheck
+from training.rollout import SLOTS, GameRollout, HeldOutCheck
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
 
@@ -238,6 +239,12 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     train_dataset = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
     if len(train_dataset) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
+    starts = args.generation_batch_size // (args.num_generations * SLOTS)
+    if script.rollout == "game" and len(train_dataset) < starts:
+        raise ConfigError(
+            f"a game step plays {starts} start states, and the dataset has {len(train_dataset)}: add rows, or lower "
+            "--per_device_train_batch_size or --gradient_accumulation_steps"
+        )
 
     # Full games on held-out secrets before training, to compare with after (reused on --resume).
     before = None if script.skip_eval else evaluate_start(resolved, model, tokenizer, out, resuming=bool(checkpoint))
@@ -330,6 +337,7 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     plot_guess_histogram(results, directory / "guesses.png")
     plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
+    plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png")
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
     (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
     console().print(rich_table(results, title=f"Before and after training, {after.metrics['games']} full games"))

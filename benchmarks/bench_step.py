@@ -1,15 +1,37 @@
-"""GRPO step time of this trainer against a bare TRL ``GRPOTrainer``, and where a step's time goes.
+"""GRPO step time of this trainer against a bare TRL ``GRPOTrainer``, a game-mode step against a
+single-turn one, and where a step's time goes.
 
     python benchmarks/bench_step.py                  # cpu profile, the embedded tiny model
     python benchmarks/bench_step.py --steps 20 --repeats 3 -- --num_generations 8
+    python benchmarks/bench_step.py --game --steps 20 --repeats 2    # game mode against turn mode
 
-Both trainers get the identical model files, rows, GRPOConfig, rewards and seed, so they sample
-the same completions. The runs alternate (bare, ours, bare, ours, ...) so that machine noise
-falls on both; each run's first step (compilation, caches, the pattern matrix) is left out.
-Prints the median seconds per step of each, their ratio (target <= 1.05), completions per second,
-and how our step time splits: generation (``model.generate``), the reward functions (target
-<= 2%), and the rest (the loss's forward and backward passes, the optimizer, bookkeeping).
-Nothing here asserts on time.
+Without ``--game``: both trainers get the identical model files, rows, GRPOConfig, rewards and
+seed, so they sample the same completions. The runs alternate (bare, ours, bare, ours, ...) so
+that machine noise falls on both; each run's first step (compilation, caches, the pattern matrix)
+is left out. Prints the median seconds per step of each, their ratio (target <= 1.05),
+completions per second, and how our step time splits: generation (``model.generate``), the
+reward functions (target <= 2%), and the rest (the loss's forward and backward passes, the
+optimizer, bookkeeping).
+
+With ``--game``: ``WordleGRPOTrainer`` on the same model, alternating (turn, game, turn, game,
+...), each run's first step left out:
+
+- turn mode, a step of 8 completions (``--num_generations 8 --per_device_train_batch_size 8``,
+  rows built as ``grpo_train.py`` builds them);
+- game mode, a step of 8 games (``--rollout game --num_generations 8
+  --per_device_train_batch_size 8 --scale_rewards batch``: one start state, every training
+  secret with no guesses yet as ``grpo_train.py`` makes them, played 8 times; the configuration
+  raises the accumulation so a step holds 6 turn slots x 8 games = 48 samples).
+
+Prints the median seconds per step of each (min, max), their ratio against the target (a step of
+8 games should cost at most 4x a single-turn step of 8 completions), games per second, tokens per
+game (the completion tokens generated, and prompt + completion tokens, over its live turns), the
+share of samples that are placeholders (slots after a game ended), and how the game step's time
+splits: generation (inside ``GameRollout.__call__``: the games, of which ``model.generate`` is
+shown apart), the rewards, and the rest (loss forward and backward, the optimizer, bookkeeping).
+
+Flags after ``--`` go to ``grpo_train.py``'s resolution (to every run). The profile's
+``torch_threads`` is applied as ``grpo_train.py`` applies it. Nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -21,24 +43,36 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOTrainer, get_peft_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rewards import get_reward_funcs
-from training.config import resolve
-from training.data import build_rows
+from training.config import SLOTS, resolve
+from training.data import build_rows, make_row
 from training.modeling import load_tokenizer, model_source
+from training.rollout import GameRollout
 from training.trainer import WordleGRPOTrainer
+from wordle import train_secrets
+
+GAME_TARGET = 4.0  # the issue's: a step of 8 games should cost at most 4x a single-turn step of 8 completions
+BATCH = ["--num_generations", "8", "--per_device_train_batch_size", "8"]
+GAME = ["--rollout", "game", *BATCH, "--scale_rewards", "batch"]
 
 
 class StepTimes(TrainerCallback):
-    def __init__(self) -> None:
+    """Each step's wall time, and how many entries each watched list held when the first step ended."""
+
+    def __init__(self, *watched: list) -> None:
         self.times: list[float] = []
+        self.watched = watched
+        self.after_first: tuple[int, ...] = tuple(0 for _ in watched)
         self._start = 0.0
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -46,6 +80,8 @@ class StepTimes(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.times.append(time.perf_counter() - self._start)
+        if len(self.times) == 1:
+            self.after_first = tuple(len(w) for w in self.watched)
 
 
 def timed(func, spent: list[float]):
@@ -62,12 +98,61 @@ def timed(func, spent: list[float]):
     return wrapper
 
 
-def run_once(trainer_cls, argv: list[str], source, rows, out: Path) -> tuple[list[float], float, float]:
+@dataclass
+class Layout:
+    """One rollout call's samples: how many, how many placeholders, and the live turns' tokens."""
+
+    games: int
+    samples: int
+    placeholders: int
+    turns: int
+    completion_tokens: int
+    prompt_tokens: int
+
+
+class TimedRollout(GameRollout):
+    """``GameRollout`` with the wall time of each call, and what each call laid out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: list[float] = []
+        self.layouts: list[Layout] = []
+
+    def __call__(self, prompts: list, trainer) -> dict[str, list]:
+        start = time.perf_counter()
+        try:
+            return super().__call__(prompts, trainer)
+        finally:
+            self.seconds.append(time.perf_counter() - start)
+
+    def layout(self, games, records, generations, eos_id) -> dict[str, list]:
+        out = super().layout(games, records, generations, eos_id)
+        live = [turn is not None for turn in out["game_turn"]]
+        completions = [len(c) for c, alive in zip(out["completion_ids"], live, strict=True) if alive]
+        prompts = [len(p) for p, alive in zip(out["prompt_ids"], live, strict=True) if alive]
+        self.layouts.append(Layout(len(games), len(live), live.count(False), sum(live), sum(completions), sum(prompts)))
+        return out
+
+
+@dataclass
+class Run:
+    """One training run's counted steps (the first left out) and the seconds spent inside them."""
+
+    times: list[float]
+    reward_s: float
+    generate_s: float  # inside model.generate
+    rollout_s: float = 0.0  # inside GameRollout.__call__ (game mode)
+    layouts: list[Layout] = field(default_factory=list)
+
+
+def run_once(trainer_cls, argv: list[str], source, rows, out: Path, rollout: TimedRollout | None = None) -> Run:
     """Step times (first step left out), and the seconds spent in the rewards and in generation."""
     resolved = resolve([*argv, "--output_dir", str(out), "--save_strategy", "no", "--skip_eval", "true"])
     spent: list[float] = []
     generating: list[float] = []
-    clock = StepTimes()
+    seconds, layouts = (rollout.seconds, rollout.layouts) if rollout is not None else ([], [])
+    clock = StepTimes(spent, generating, seconds, layouts)
+    extra = {} if rollout is None else {"rollout": rollout}
     trainer = trainer_cls(
         model=AutoModelForCausalLM.from_pretrained(source, dtype=resolved.model.dtype),
         reward_funcs=[timed(f, spent) for f in get_reward_funcs(resolved.script.rewards)],
@@ -76,25 +161,37 @@ def run_once(trainer_cls, argv: list[str], source, rows, out: Path) -> tuple[lis
         processing_class=load_tokenizer(source, resolved),
         peft_config=get_peft_config(resolved.model),
         callbacks=[clock],
+        **extra,
     )
-    # TRL generates through the (PEFT-wrapped) model's own generate(): time it on the instance.
+    # TRL (and the game rollout) generate through the (PEFT-wrapped) model's own generate(): time it on the instance.
     trainer.model.generate = timed(trainer.model.generate, generating)
     trainer.train()
-    first = len(spent) // len(clock.times) if clock.times else 0  # calls per step; drop the first step's
-    return clock.times[1:], sum(spent[first:]), sum(generating[1:])
+    # Leave out what the first step spent: the calls made before it ended (a game step's number of
+    # generate calls depends on how long its games last).
+    n_spent, n_generating, n_seconds, n_layouts = clock.after_first
+    return Run(
+        clock.times[1:],
+        sum(spent[n_spent:]),
+        sum(generating[n_generating:]),
+        sum(seconds[n_seconds:]),
+        layouts[n_layouts:],
+    )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="cpu")
-    parser.add_argument("--steps", type=int, default=10, help="steps per run (the first is not counted)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each trainer, alternating")
-    parser.add_argument("overrides", nargs="*", help="grpo_train.py flags, after --")
-    opts = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+def set_threads(resolved) -> None:
+    if resolved.script.torch_threads:  # as grpo_train.py does: the tiny profile runs on one thread
+        torch.set_num_threads(resolved.script.torch_threads)
 
-    argv = ["--profile", opts.profile, "--max_steps", str(opts.steps), "--disable_tqdm", "true", *opts.overrides]
+
+def spread_of(times: list[float]) -> str:
+    return f"median {statistics.median(times):.3f} s/step  (min {min(times):.3f}, max {max(times):.3f})"
+
+
+def compare_bare(opts, base: list[str]) -> None:
+    """This trainer against a bare TRL GRPOTrainer, turn mode."""
+    argv = [*base, *opts.overrides]
     resolved = resolve(argv)
+    set_threads(resolved)
     source = model_source(resolved.model.model_name_or_path)
     rows = build_rows(max(64, opts.steps * resolved.training.generation_batch_size), seed=resolved.training.seed)
     results: dict[str, list[float]] = {"bare TRL GRPOTrainer": [], "WordleGRPOTrainer": []}
@@ -103,11 +200,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(opts.repeats):
             for name, cls in (("bare TRL GRPOTrainer", GRPOTrainer), ("WordleGRPOTrainer", WordleGRPOTrainer)):
-                times, reward_s, generate_s = run_once(cls, argv, source, rows, Path(tmp) / f"{i}-{cls.__name__}")
-                results[name].extend(times)
+                run = run_once(cls, argv, source, rows, Path(tmp) / f"{i}-{cls.__name__}")
+                results[name].extend(run.times)
                 if cls is WordleGRPOTrainer:
-                    reward_share.append(reward_s / sum(times))
-                    generation_share.append(generate_s / sum(times))
+                    reward_share.append(run.reward_s / sum(run.times))
+                    generation_share.append(run.generate_s / sum(run.times))
 
     t = resolved.training
     print(
@@ -116,9 +213,7 @@ def main() -> None:
         f"{opts.repeats} x {opts.steps - 1} counted steps each"
     )
     for name, times in results.items():
-        print(
-            f"  {name:22s} median {statistics.median(times):.3f} s/step  (min {min(times):.3f}, max {max(times):.3f})"
-        )
+        print(f"  {name:22s} {spread_of(times)}")
     ratio = statistics.median(results["WordleGRPOTrainer"]) / statistics.median(results["bare TRL GRPOTrainer"])
     print(f"  ratio ours / bare: {ratio:.3f} (target <= 1.05)")
     ours = statistics.median(results["WordleGRPOTrainer"])
@@ -128,6 +223,92 @@ def main() -> None:
         f"  where our step time goes: generation {100 * generation:.1f}%, rewards {100 * rewards:.2f}% (target <= 2%), "
         f"loss forward/backward + optimizer + the rest {100 * (1 - generation - rewards):.1f}%"
     )
+
+
+def compare_game(opts, base: list[str]) -> None:
+    """A game-mode step of 8 games against a turn-mode step of 8 completions, both WordleGRPOTrainer."""
+    turn_argv = [*base, *BATCH, *opts.overrides]
+    game_argv = [*base, *GAME, *opts.overrides]
+    turn, game = resolve(turn_argv), resolve(game_argv)
+    set_threads(turn)
+    source = model_source(turn.model.model_name_or_path)
+    turn_rows = build_rows(max(64, opts.steps * turn.training.generation_batch_size), seed=turn.training.seed)
+    game_rows = [make_row(secret, []) for secret in train_secrets()]  # grpo_train.training_rows in game mode
+    turn_runs: list[Run] = []
+    game_runs: list[Run] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(opts.repeats):
+            turn_runs.append(run_once(WordleGRPOTrainer, turn_argv, source, turn_rows, Path(tmp) / f"{i}-turn"))
+            game_runs.append(
+                run_once(WordleGRPOTrainer, game_argv, source, game_rows, Path(tmp) / f"{i}-game", TimedRollout())
+            )
+
+    t, g = turn.training, game.training
+    games_per_step = g.generation_batch_size // SLOTS
+    print(
+        f"profile {opts.profile}: {turn.model.model_name_or_path}, max_completion_length {t.max_completion_length}, "
+        f"{opts.repeats} x {opts.steps - 1} counted steps each, alternating turn and game runs"
+    )
+    turn_times = [s for r in turn_runs for s in r.times]
+    game_times = [s for r in game_runs for s in r.times]
+    turn_label = f"turn mode, {t.generation_batch_size} completions/step"
+    game_label = f"game mode, {games_per_step} games/step ({g.generation_batch_size} samples)"
+    width = max(len(turn_label), len(game_label))
+    print(f"  {turn_label:{width}s} {spread_of(turn_times)}")
+    print(f"  {game_label:{width}s} {spread_of(game_times)}")
+    ratio = statistics.median(game_times) / statistics.median(turn_times)
+    print(
+        f"  ratio game step / turn step: {ratio:.2f} (target <= {GAME_TARGET:g}: a step of {games_per_step} games "
+        f"should cost at most {GAME_TARGET:g}x a single-turn step of {t.generation_batch_size} completions)"
+    )
+    print(
+        f"  turn mode: {t.generation_batch_size / statistics.median(turn_times):.1f} completions/s; "
+        f"game mode: {games_per_step / statistics.median(game_times):.2f} games/s"
+    )
+    layouts = [layout for r in game_runs for layout in r.layouts]
+    games = sum(x.games for x in layouts)
+    samples = sum(x.samples for x in layouts)
+    if games:
+        completion = sum(x.completion_tokens for x in layouts)
+        prompt = sum(x.prompt_tokens for x in layouts)
+        print(
+            f"  per game: {sum(x.turns for x in layouts) / games:.2f} turns, {completion / games:.1f} completion "
+            f"tokens generated, {(prompt + completion) / games:.1f} prompt + completion tokens"
+        )
+        print(
+            f"  placeholders: {100 * sum(x.placeholders for x in layouts) / samples:.1f}% of the {samples} samples "
+            "(slots after their game ended)"
+        )
+    total = sum(game_times)
+    rollout = sum(r.rollout_s for r in game_runs) / total
+    generate = sum(r.generate_s for r in game_runs) / total
+    rewards = sum(r.reward_s for r in game_runs) / total
+    print(
+        f"  where the game step's time goes: generation (GameRollout.__call__) {100 * rollout:.1f}% "
+        f"(model.generate {100 * generate:.1f}%, the rest of the games {100 * (rollout - generate):.1f}%), "
+        f"rewards {100 * rewards:.2f}%, loss forward/backward + optimizer + the rest {100 * (1 - rollout - rewards):.1f}%"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--steps", type=int, default=10, help="steps per run (the first is not counted)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each trainer or mode, alternating")
+    parser.add_argument(
+        "--game", action="store_true", help="game mode (8 games/step) against turn mode (8 completions/step)"
+    )
+    parser.add_argument("overrides", nargs="*", help="grpo_train.py flags, after --")
+    opts = parser.parse_args()
+    if opts.steps < 2:
+        parser.error("--steps must be at least 2 (the first step of each run is not counted)")
+    logging.basicConfig(level=logging.WARNING)
+
+    base = ["--profile", opts.profile, "--max_steps", str(opts.steps), "--disable_tqdm", "true"]
+    if opts.game:
+        compare_game(opts, base)
+    else:
+        compare_bare(opts, base)
 
 
 if __name__ == "__main__":

@@ -382,3 +382,46 @@ def plot_reward_curves(
     holds no reward logs."""
     fig = reward_curves_figure(source, weights)
     return None if fig is None else _save(fig, path)
+
+
+def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]]) -> Figure | None:
+    """Win rate against training steps: the periodic greedy check on held-out secrets and on as many
+    training secrets (their gap is a prior over which words are secrets, not skill), and in game mode
+    the sampled training games of each step, averaged over a window. None without a periodic check."""
+    history = [h for h in load_log_history(source) if "step" in h]
+    checks = [h for h in history if "heldout/win_rate" in h]
+    if not checks:
+        return None
+    fig = _figure(figsize=(8, 4.5))
+    ax = fig.subplots()
+    steps = [h["step"] for h in checks]
+    ax.plot(
+        steps,
+        [h["heldout/win_rate"] for h in checks],
+        "o-",
+        color=PLAYER_COLOURS["before"],
+        label="held-out secrets, greedy",
+    )
+    ax.plot(
+        steps,
+        [h["heldout/train_win_rate"] for h in checks],
+        "s--",
+        color=TRAINED_COLOUR,
+        label="training secrets, greedy",
+    )
+    sampled = [(h["step"], h["game/win_rate"]) for h in history if "game/win_rate" in h]
+    if sampled:
+        window = max(1, len(sampled) // 20)
+        x, y = zip(*sampled)
+        smooth = np.convolve(y, np.ones(window) / window, mode="valid")
+        ax.plot(x[window - 1 :], smooth, color="grey", alpha=0.7, label=f"training games, sampled ({window}-step mean)")
+    ax.set(xlabel="training step", ylabel="win rate", ylim=(0, 1), title="Learning curve")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    return fig
+
+
+def plot_learning_curve(source: str | Path | Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+    """:func:`learning_curve_figure` saved as a PNG at ``path``; None (and no file) without a periodic check."""
+    fig = learning_curve_figure(source)
+    return None if fig is None else _save(fig, path)

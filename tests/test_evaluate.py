@@ -28,7 +28,7 @@ from evaluation import (
 from evaluation.metrics import reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
-from rewards import REWARD_FUNCS
+from rewards import REWARD_FUNCS, TURN_REWARDS
 from training.config import resolve
 from wordle import eval_secrets, normalize_word, parse_completion, score_guess
 
@@ -241,7 +241,7 @@ def test_reward_means_on_a_fixed_transcript():
         ["broken", game.turns[1].reply, game.turns[2].reply], past_guess_history=[[], [], history]
     )
     assert means["feedback_reward"]["mean"] == pytest.approx(sum(expected) / 3)
-    assert set(means) == set(REWARD_FUNCS)
+    assert set(means) == set(TURN_REWARDS)
 
 
 # --- the CLI ---------------------------------------------------------------------------------------

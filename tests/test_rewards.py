@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from rewards import (
     DEFAULT_WEIGHTS,
+    GAME_WEIGHTS,
     NO_GUESS_FEEDBACK,
     REWARD_FUNCS,
     REWARD_RANGES,
+    TURN_REWARDS,
     feedback_reward,
     format_reward,
     get_reward_funcs,
@@ -194,11 +196,19 @@ def test_win_reward(completion, expected):
 
 
 def test_registry_names_are_metric_keys():
-    assert list(REWARD_FUNCS) == ["format_reward", "feedback_reward", "info_gain_reward", "win_reward"]
+    assert list(TURN_REWARDS) == [
+        "format_reward",
+        "feedback_reward",
+        "info_gain_reward",
+        "candidate_reward",
+        "win_reward",
+    ]
+    assert list(REWARD_FUNCS) == [*TURN_REWARDS, "game_reward"]
     assert all(name == fn.__name__ for name, fn in REWARD_FUNCS.items())
-    assert set(DEFAULT_WEIGHTS) == set(REWARD_FUNCS) == set(REWARD_RANGES)
+    assert set(REWARD_FUNCS) == set(REWARD_RANGES)
+    assert set(DEFAULT_WEIGHTS) <= set(TURN_REWARDS) and set(GAME_WEIGHTS) - set(TURN_REWARDS) == {"game_reward"}
     assert get_reward_funcs(["win_reward", "format_reward"]) == [win_reward, format_reward]
-    assert get_reward_funcs() == list(REWARD_FUNCS.values())
+    assert get_reward_funcs() == list(TURN_REWARDS.values())
 
 
 def test_unknown_reward_lists_the_valid_ones():
@@ -290,7 +300,7 @@ def test_ordering_a_worst_case_by_hand():
 )
 def test_no_reward_raises_and_all_stay_in_range(text, state):
     secret, history = state
-    for name, fn in REWARD_FUNCS.items():
+    for name, fn in TURN_REWARDS.items():
         low, high = REWARD_RANGES[name]
         for completion in (
             text,
@@ -306,7 +316,7 @@ def test_no_reward_raises_and_all_stay_in_range(text, state):
 @given(states, st.sampled_from(allowed()))
 def test_allowed_guesses_stay_in_range(state, word):
     secret, history = state
-    for name, fn in REWARD_FUNCS.items():
+    for name, fn in TURN_REWARDS.items():
         low, high = REWARD_RANGES[name]
         assert low <= score(fn, reply(word), history, secret) <= high
 

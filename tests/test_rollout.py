@@ -187,7 +187,8 @@ def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path):
         for _ in range(SLOTS * 4)
     ]
     out = trainer._generate_and_score_completions(batch)
-    placeholder = out["tool_mask"].sum(1) == 0
+    # TRL pads env_mask with 1s; the loss counts completion_mask x env_mask, which is all 0 on a placeholder.
+    placeholder = (out["completion_mask"] * out["tool_mask"]).sum(1) == 0
     assert placeholder.any() and (~placeholder).any()
     assert torch.all(out["advantages"][placeholder] == 0)
     # A micro-batch of placeholders alone gives every trainable weight a zero gradient.
@@ -209,8 +210,10 @@ def test_the_same_seed_and_step_play_the_same_games(tmp_path):
 
 def test_dataset_rows_start_games_mid_way(tmp_path):
     rows = tmp_path / "rows.jsonl"
-    history = history_for("CRANE", ["SLATE", "BRINE"])
-    rows.write_text(json.dumps({"secret": "CRANE", "past_guess_history": history}) + "\n")
+    starts = [("CRANE", ["SLATE", "BRINE"]), ("PLUMB", ["SOARE"])]  # a step takes 2 start states
+    rows.write_text(
+        "".join(json.dumps({"secret": s, "past_guess_history": history_for(s, g)}) + "\n" for s, g in starts)
+    )
     trainer = train(tmp_path / "out", "--max_steps", "1", "--dataset", str(rows))
     [log] = game_logs(trainer)
     assert 0 <= log["game/win_rate"] <= 1

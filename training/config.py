@@ -25,7 +25,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 
 from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
 from training import device as devices
-from wordle import MAX_GUESSES
+from training.rollout import SLOTS
 from wordle.completion import guess_regex
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ TINY = "tiny"
 EMBEDDED_SECTION = "tiny"
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 ROLLOUTS = ("turn", "game")
-SLOTS = MAX_GUESSES  # game mode: one sample slot per possible turn
 CONFIG_FILE = "wordle_grpo_config.yaml"  # the resolved configuration, saved beside a run's adapter
 
 

@@ -35,10 +35,10 @@ import torch
 from transformers import GenerationConfig
 from trl.models.utils import unwrap_model_for_generation
 
-from wordle import row_history, row_secret
+from wordle import MAX_GUESSES, row_history, row_secret
 from wordle.game import Game, GameView, count, play
 
-SLOTS = 6  # one sample slot per possible turn (wordle.MAX_GUESSES); training.config checks the batch fits
+SLOTS = MAX_GUESSES  # one sample slot per possible turn; training.config sizes the batch for it
 
 
 class PolicyPlayer:

@@ -54,10 +54,10 @@ from trl import GRPOTrainer, get_peft_config
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rewards import get_reward_funcs
-from training.config import SLOTS, resolve
+from training.config import resolve
 from training.data import build_rows, make_row
 from training.modeling import load_tokenizer, model_source
-from training.rollout import GameRollout
+from training.rollout import SLOTS, GameRollout
 from training.trainer import WordleGRPOTrainer
 from wordle import train_secrets
 

@@ -239,8 +239,9 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     train_dataset = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
     if len(train_dataset) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
+    game = script.rollout == "game"
     starts = args.generation_batch_size // (args.num_generations * SLOTS)
-    if script.rollout == "game" and len(train_dataset) < starts:
+    if game and len(train_dataset) < starts:
         raise ConfigError(
             f"a game step plays {starts} start states, and the dataset has {len(train_dataset)}: add rows, or lower "
             "--per_device_train_batch_size or --gradient_accumulation_steps"
@@ -250,11 +251,12 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     before = None if script.skip_eval else evaluate_start(resolved, model, tokenizer, out, resuming=bool(checkpoint))
 
     callbacks = [MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []
-    game = script.rollout == "game"
     n_check = script.game_eval_games
     trainer = WordleGRPOTrainer(
         rollout=GameRollout() if game else None,
-        held_out=HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check)),
+        held_out=HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check))
+        if script.game_eval_steps
+        else None,
         held_out_steps=script.game_eval_steps,
         model=model,
         reward_funcs=get_reward_funcs(script.rewards),

@@ -61,13 +61,10 @@ def reward_states(games: Sequence[Game]) -> tuple[list[str], list[str], list[lis
     """Every turn played as a reward state: (replies, secrets, the valid history before the turn)."""
     replies, secrets, histories = [], [], []
     for game in games:
-        history = [list(pair) for pair in game.start]
-        for turn in game.turns:
+        for turn, history in zip(game.turns, game.histories(), strict=True):
             replies.append(turn.reply)
             secrets.append(game.secret)
             histories.append([list(pair) for pair in history])
-            if turn.status == "valid":
-                history = [*history, [turn.guess, turn.pattern]]
     return replies, secrets, histories
 
 

@@ -429,15 +429,16 @@ def _game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[s
     for key in ("generation_batch_size", "steps_per_generation"):
         if train_kw.get(key) is not None:
             raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")
-    block = SLOTS * train_kw.get("num_generations", 8)
-    per_device = train_kw.get("per_device_train_batch_size", 8)
-    accumulation = train_kw.get("gradient_accumulation_steps", 1)
+    generations = train_kw["num_generations"]
+    block = SLOTS * generations
+    per_device = train_kw["per_device_train_batch_size"]
+    accumulation = train_kw["gradient_accumulation_steps"]
     needed = math.lcm(block, per_device) // per_device
     if accumulation % needed:
         raised = needed * -(-accumulation // needed)
         notes.append(
             f"--rollout game: gradient_accumulation_steps {accumulation} -> {raised}, so that a step holds whole "
-            f"games ({SLOTS} turn slots x num_generations {train_kw.get('num_generations', 8)} samples per start state)"
+            f"games ({SLOTS} turn slots x num_generations {generations} samples per start state)"
         )
         train_kw["gradient_accumulation_steps"] = raised
 

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 from trl.models.utils import unwrap_model_for_generation
+from trl.trainer.utils import pad
 
 from wordle import MAX_GUESSES, row_history, row_secret
 from wordle.game import Game, GameView, count, play
@@ -77,11 +78,11 @@ class PolicyPlayer:
     @torch.no_grad()
     def _generate(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         trainer = self.trainer
-        pad_id = trainer._tokenizer.pad_token_id
-        width = max(len(ids) for ids in prompt_ids)
-        # Left padding, so that every row's prompt ends where generation starts.
-        input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in prompt_ids])
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        # Left padding, so that every row's prompt ends where generation starts (TRL's own helper).
+        rows = [torch.tensor(ids) for ids in prompt_ids]
+        input_ids = pad(rows, padding_value=trainer._tokenizer.pad_token_id, padding_side="left")
+        mask = pad([torch.ones_like(r) for r in rows], padding_value=0, padding_side="left")
+        width = input_ids.shape[1]
         device = trainer.accelerator.device
         with unwrap_model_for_generation(
             trainer.model_wrapped,
@@ -156,15 +157,14 @@ class GameRollout:
         }
         for first in range(0, len(games), generations):
             group = games[first : first + generations]
+            shown = [game.histories() for game in group]
             for slot in range(self.slots):
                 for offset, game in enumerate(group):
                     live = slot < len(game.turns)
                     if live:
                         turn = game.turns[slot]
                         prompt, completion, logps = records[(first + offset, turn.turn)]
-                        before = game.start + tuple(
-                            (t.guess, t.pattern) for t in game.turns[:slot] if t.status == "valid"
-                        )
+                        before = shown[offset][slot]
                     else:  # the game ended: a placeholder, scored None and masked out of the loss
                         prompt, completion, logps, before = [eos_id], [eos_id], [0.0], game.history
                     out["prompt_ids"].append(prompt)
@@ -184,17 +184,17 @@ def _rng_devices(trainer: Any) -> list:
     return [device] if device.type == "cuda" else []
 
 
-def game_rates(games: Sequence[Game]) -> dict[str, float]:
-    """``game/*`` metrics of a set of games: win rate, guesses per win, invalid and inconsistent rates."""
+def game_rates(games: Sequence[Game], prefix: str = "game") -> dict[str, float]:
+    """``PREFIX/*`` metrics of a set of games: win rate, guesses per win, invalid and inconsistent rates."""
     c = count(games)
     rates = {
-        "game/win_rate": c.wins / max(c.games, 1),
-        "game/invalid_rate": (c.format_failures + c.nonwords) / max(c.turns, 1),
+        f"{prefix}/win_rate": c.wins / max(c.games, 1),
+        f"{prefix}/invalid_rate": (c.format_failures + c.nonwords) / max(c.turns, 1),
     }
     if c.won_guesses:
-        rates["game/guesses"] = sum(c.won_guesses) / len(c.won_guesses)
+        rates[f"{prefix}/guesses"] = sum(c.won_guesses) / len(c.won_guesses)
     if c.valid:
-        rates["game/inconsistent_rate"] = c.inconsistent / c.valid
+        rates[f"{prefix}/inconsistent_rate"] = c.inconsistent / c.valid
     return rates
 
 
@@ -222,7 +222,7 @@ class HeldOutCheck:
             train = play(player, self.train)
         finally:
             trainer.model.train(was_training)
-        rates = {f"heldout/{k.split('/')[1]}": v for k, v in game_rates(held_out).items()}
+        rates = game_rates(held_out, prefix="heldout")
         rates["heldout/train_win_rate"] = game_rates(train)["game/win_rate"]
         return rates
 

@@ -67,6 +67,15 @@ class Game:
         """The valid (GUESS, PATTERN) pairs so far: what the player is shown."""
         return self.start + tuple((t.guess, t.pattern) for t in self.turns if t.status == "valid")
 
+    def histories(self) -> list[History]:
+        """The history shown before each played turn, in order (the start, then the valid turns so far)."""
+        out, history = [], self.start
+        for turn in self.turns:
+            out.append(history)
+            if turn.status == "valid":
+                history = (*history, (turn.guess, turn.pattern))
+        return out
+
     @property
     def won(self) -> bool:
         return bool(self.turns) and self.turns[-1].guess == self.secret and self.turns[-1].status == "valid"
@@ -175,14 +184,12 @@ def count(games: Sequence[Game]) -> GameCounts:
     turns = [t for g in games for t in g.turns]
     valid = inconsistent = repeated = 0
     for game in games:
-        history = list(game.start)
-        for turn in game.turns:
+        for turn, history in zip(game.turns, game.histories(), strict=True):
             if turn.status != "valid":
                 continue
             valid += 1
             inconsistent += not is_consistent(turn.guess, history)
             repeated += any(turn.guess == g for g, _ in history)
-            history.append((turn.guess, turn.pattern))
     return GameCounts(
         games=len(games),
         wins=sum(g.won for g in games),

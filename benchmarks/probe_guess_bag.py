@@ -3,24 +3,23 @@
     python benchmarks/probe_guess_bag.py                           # bag model, column-tagged tokens
     python benchmarks/probe_guess_bag.py --no_column_tags          # the same, untagged marks
     python benchmarks/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
-    python benchmarks/probe_guess_bag.py --steps 0 --model training/tiny_model   # probe a model only
+    python benchmarks/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
-Every figure is on game states of the held-out secrets (``tiny.game_rows`` on ``eval_secrets()``),
+Every figure is on game states of the held-out secrets (``tinymodel.data.game_rows`` on ``eval_secrets()``),
 per number of past guesses: the probability put on still-possible answers at the guess token, and
 how often the most likely answer is one. A model is fed the prompt and the right think
 (``<think>.R..E</think><guess>``), so only the choice of word is measured.
 
-The *bag* is ``training.tiny._fit_guess_bag``: a softmax regression whose logits for the guess are
+The *bag* is ``tinymodel.bag.fit_guess_bag``: a softmax regression whose logits for the guess are
 the mean over the prefix's tokens of one learned row per token. With column-tagged marks
 (``S(-)₁``) every Wordle constraint is such a row, so the bag can compose any number of feedback
-lines. ``--wire`` writes it into a fresh full-size Qwen2 with ``training.tiny._wire_guess_bag``,
+lines. ``--wire`` writes it into a fresh full-size Qwen2 with ``tinymodel.bag.wire_guess_bag``,
 exactly as the build does, and probes that model untrained. Nothing here asserts: it prints figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 import sys
 import time
@@ -31,13 +30,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from training import tiny
+from tinymodel.bag import fit_guess_bag, wire_guess_bag
+from tinymodel.bag import guess_states as bag_states
+from tinymodel.build import SCALES, build_model
+from tinymodel.data import encode, game_rows
+from tinymodel.tokenizer import WORDS, build_tokenizer
 from wordle import Solver, eval_secrets, parse_history, train_secrets
 
 
 def guess_states(tokenizer, rows) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """Token ids up to and including ``<guess>``, the candidate answers' ids, and the past-guess count."""
-    states = tiny._guess_states(tiny._encode(tokenizer, rows))
+    states = bag_states(encode(tokenizer, rows))
     past = [len(parse_history(rows[i]["prompt"][1]["content"])) for i, _, _ in states]
     return [prefix for _, prefix, _ in states], [cands for _, _, cands in states], past
 
@@ -74,9 +77,9 @@ def main() -> int:
     torch.set_num_threads(1)
 
     solver = Solver()
-    train_rows = tiny.game_rows(args.train_states, random.Random(args.seed), solver, train_secrets())
-    eval_rows = tiny.game_rows(args.eval_states, random.Random(args.seed + 1), solver, eval_secrets())
-    word_ids_of = lambda tok: tok.convert_tokens_to_ids(list(tiny.WORDS))
+    train_rows = game_rows(args.train_states, random.Random(args.seed), solver, train_secrets())
+    eval_rows = game_rows(args.eval_states, random.Random(args.seed + 1), solver, eval_secrets())
+    word_ids_of = lambda tok: tok.convert_tokens_to_ids(list(WORDS))
 
     if args.model:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -87,20 +90,19 @@ def main() -> int:
     if args.steps <= 0:
         return 0
 
-    tokenizer = tiny.build_tokenizer(column_tags=not args.no_column_tags)
+    tokenizer = build_tokenizer(column_tags=not args.no_column_tags)
     word_ids = word_ids_of(tokenizer)
     column = {t: j for j, t in enumerate(word_ids)}
-    spec = dataclasses.replace(tiny.SCALES["full"], bag_steps=args.steps, bag_learning_rate=args.lr)
     started = time.monotonic()
-    train_encoded = tiny._encode(tokenizer, train_rows)
-    matrix = tiny._fit_guess_bag(train_encoded, tokenizer, spec, args.seed)
+    train_encoded = encode(tokenizer, train_rows)
+    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, 64, args.lr, args.seed)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
     tags = "untagged" if args.no_column_tags else "column-tagged"
     report(f"bag of {tags} tokens", [matrix[p].mean(0).softmax(-1) for p in ids], cands, past, column)
     if args.wire:
-        model = tiny.build_model(tokenizer, spec, seed=args.seed)
-        tiny._wire_guess_bag(model, matrix, word_ids, train_encoded)
+        model = build_model(tokenizer, SCALES["full"], seed=args.seed)
+        wire_guess_bag(model, matrix, word_ids, train_encoded)
         report("the bag wired into an untrained Qwen2", model_probs(model.eval(), ids, word_ids), cands, past, column)
     return 0
 

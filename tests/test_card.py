@@ -28,9 +28,9 @@ from evaluation.report import (
     reward_curves_figure,
 )
 from rewards import DEFAULT_WEIGHTS, REWARD_RANGES
+from tinymodel import MODEL_DIR
 from training.card import make_adapter_config_portable, write_model_card
 from training.config import ConfigError
-from training.tiny import TINY_DIR
 
 HUB_ID = "Qwen/Qwen2.5-3B-Instruct"
 COMMAND = "python grpo_train.py --profile cpu --output_dir runs/a --learning_rate 5e-4"
@@ -47,11 +47,11 @@ def saved_adapter(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("adapter") / "out"
     torch.manual_seed(0)
     model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(TINY_DIR),
+        AutoModelForCausalLM.from_pretrained(MODEL_DIR),
         LoraConfig(r=2, target_modules=["v_proj"], task_type="CAUSAL_LM"),
     )
     model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(TINY_DIR).save_pretrained(out)
+    AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(out)
     return out
 
 
@@ -60,7 +60,7 @@ def adapter(saved_adapter, tmp_path, monkeypatch) -> Path:
     """A fresh copy of the adapter at ``runs/a`` under the working directory, as a user's relative
     --output_dir; a copy of the tiny model at ``models/base`` stands for a local base directory."""
     monkeypatch.chdir(tmp_path)
-    shutil.copytree(TINY_DIR, "models/base")
+    shutil.copytree(MODEL_DIR, "models/base")
     return Path(shutil.copytree(saved_adapter, "runs/a"))
 
 
@@ -69,7 +69,7 @@ def base_name(adapter: Path) -> str:
 
 
 def test_peft_records_the_absolute_path_that_needs_rewriting(adapter):
-    assert base_name(adapter) == str(TINY_DIR) and Path(base_name(adapter)).is_absolute()
+    assert base_name(adapter) == str(MODEL_DIR) and Path(base_name(adapter)).is_absolute()
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_adapter_config_names_the_base_as_the_user_gave_it_and_still_loads(adapt
     make_adapter_config_portable(adapter, base_model)
     assert base_name(adapter) == base_model
     # PeftModel.from_pretrained never reads the field: the rewrite changes nothing for it.
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(TINY_DIR), adapter)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(MODEL_DIR), adapter)
     assert any("lora_A" in name for name, _ in model.named_parameters())
 
 
@@ -120,7 +120,7 @@ def front_matter(text: str) -> dict:
     ("base_model", "hub_base", "base_line", "evaluate_line"),
     [
         (HUB_ID, HUB_ID, f'BASE = "{HUB_ID}"', f"python evaluate.py --model {HUB_ID} --adapter runs/a"),
-        ("tiny", None, "BASE = ensure_tiny()", "python evaluate.py --model tiny --adapter runs/a"),
+        ("tiny", None, "BASE = model_dir()", "python evaluate.py --model tiny --adapter runs/a"),
         ("models/base", None, 'BASE = "models/base"', "python evaluate.py --model models/base --adapter runs/a"),
     ],
 )
@@ -144,7 +144,7 @@ def test_card_says_what_made_the_adapter_and_how_to_load_it(adapter, base_model,
 
 def test_card_of_the_embedded_model_says_where_it_comes_from(adapter):
     text = card(adapter, "tiny")
-    assert "wordle-grpo's embedded model" in text and "`training/tiny_model/`" in text and "`--model tiny`" in text
+    assert "wordle-grpo's embedded model" in text and "`tinymodel/model/`" in text and "`--model tiny`" in text
 
 
 def test_card_without_an_evaluation_says_it_was_skipped(adapter):

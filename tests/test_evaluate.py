@@ -29,6 +29,7 @@ from evaluation.metrics import reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from rewards import REWARD_FUNCS, TURN_REWARDS
+from tinymodel.build import build
 from training.config import resolve
 from wordle import eval_secrets, normalize_word, parse_completion, score_guess
 
@@ -38,8 +39,6 @@ SECRETS = select_secrets(40)
 @pytest.fixture(scope="session")
 def tiny_ci(tmp_path_factory):
     """A throwaway tiny model (random-ish weights after a few SFT steps), built in seconds."""
-    from training.tiny import build
-
     torch.set_num_threads(1)
     return build(tmp_path_factory.mktemp("tiny") / "model", scale="ci")
 

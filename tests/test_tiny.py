@@ -13,10 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM, Qwen2Tokenizer
 
-import evaluation.run
-import training.data
+import tinymodel
+import tinymodel.build
 from evaluation.run import evaluate_model
-from training import tiny
+from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
+from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
+from tinymodel.build import RECIPE_VERSION, SCALES, build, build_model
+from tinymodel.data import encode, game_rows, reply_text, think_text
+from tinymodel.tokenizer import CHARACTERS, CHAT_TEMPLATE, COLUMN_TAGS, WORDS, build_tokenizer
+from training.config import ConfigError
+from training.modeling import model_source
 from wordle import (
     SYSTEM_PROMPT,
     Solver,
@@ -29,14 +35,15 @@ from wordle import (
     parse_completion,
     parse_history,
     render_prompt,
+    train_secrets,
 )
 
-TOKENIZER = tiny.build_tokenizer()
+TOKENIZER = build_tokenizer()
 # What the shipped model must keep doing on 60 held-out games. When shipped it measured on these 60:
 # 22 wins (36.7%; random allowed words win none), 2.2% invalid replies, every turn-2 guess consistent
 # with the opener's feedback.
 MIN_WIN_RATE, MAX_INVALID, MIN_TURN2_CONSISTENT = 0.2, 0.05, 0.9
-VOCAB_TEXT = st.text(alphabet=st.sampled_from(tiny.CHARACTERS), max_size=200)
+VOCAB_TEXT = st.text(alphabet=st.sampled_from(CHARACTERS), max_size=200)
 HISTORIES = st.builds(history_for, st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5))
 
 
@@ -50,7 +57,7 @@ def round_trips(tokenizer, text):
 
 @pytest.fixture(scope="module")
 def ci_model(tmp_path_factory):
-    return tiny.build(tmp_path_factory.mktemp("tiny") / "ci", scale="ci", seed=0)
+    return build(tmp_path_factory.mktemp("tiny") / "ci", scale="ci", seed=0)
 
 
 # --- tokenizer ------------------------------------------------------------------------------------
@@ -60,7 +67,7 @@ def ci_model(tmp_path_factory):
 @given(HISTORIES, st.sampled_from(allowed()), VOCAB_TEXT)
 def test_rendered_prompts_and_replies_round_trip(history, guess, think):
     assert round_trips(TOKENIZER, user_message(history))
-    assert round_trips(TOKENIZER, tiny.reply_text(history, guess))
+    assert round_trips(TOKENIZER, reply_text(history, guess))
     assert round_trips(TOKENIZER, f"<think>{think}</think><guess>{guess}</guess>")
 
 
@@ -94,7 +101,7 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert TOKENIZER.tokenize("crane</guess>") == [*"crane", "</guess>"]  # answers are upper case only
 
 
-UNTAGGED = tiny.build_tokenizer(column_tags=False)
+UNTAGGED = build_tokenizer(column_tags=False)
 
 
 def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
@@ -106,7 +113,7 @@ def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
     assert UNTAGGED.tokenize(lines)[6:11] == ["S(-)", " O(~)", " A(✓)", " R(-)", " E(-)"]  # recipe 3's tokenizer
     # Only whole lines of five marks after "WORD: " are tagged: a fragment or a sixth mark is not a guess's feedback.
     for text in ("S(-) O(~) A(✓) R(-) E(-)", "SOARES: S(-) O(~) A(✓) R(-) E(-) S(-)", "SOA: S(-) O(~) A(✓)"):
-        assert not any(tag in token for token in TOKENIZER.tokenize(text) for tag in tiny.COLUMN_TAGS), text
+        assert not any(tag in token for token in TOKENIZER.tokenize(text) for tag in COLUMN_TAGS), text
 
 
 @settings(max_examples=100, deadline=None)
@@ -119,9 +126,9 @@ def test_column_tagged_prompts_round_trip(history, text):
 @pytest.mark.parametrize("text", ["é", "CRANÉ 😀", "<think>日本</think>", "\x00\u200b"])
 def test_unknown_characters_become_unk(text):
     ids = TOKENIZER(text, add_special_tokens=False)["input_ids"]
-    unknown = sum(c not in tiny.CHARACTERS for c in text)
+    unknown = sum(c not in CHARACTERS for c in text)
     assert ids.count(TOKENIZER.unk_token_id) == unknown > 0
-    known = "".join(c for c in text if c in tiny.CHARACTERS)
+    known = "".join(c for c in text if c in CHARACTERS)
     assert TOKENIZER.decode(ids, skip_special_tokens=True) == known
 
 
@@ -155,7 +162,7 @@ def test_template_drops_system_and_ends_turns_with_eos():
 def test_generation_prompt_is_a_prefix_of_prompt_plus_completion(history, guess):
     # What TRL's SFTTrainer needs to find the completion, and what GRPO generates after.
     prompt = render_prompt(history)
-    completion = [{"role": "assistant", "content": tiny.reply_text(history, guess)}]
+    completion = [{"role": "assistant", "content": reply_text(history, guess)}]
     prompt_ids = TOKENIZER.apply_chat_template(prompt, add_generation_prompt=True, return_dict=False)
     full = TOKENIZER.apply_chat_template(prompt + completion, return_dict=True, return_assistant_tokens_mask=True)
     assert full["input_ids"][: len(prompt_ids)] == prompt_ids
@@ -187,19 +194,19 @@ def test_template_rejects_unknown_roles():
     ],
 )
 def test_think_text(secret, guesses, think):
-    assert tiny.think_text(history_for(secret, guesses)) == think
+    assert think_text(history_for(secret, guesses)) == think
 
 
 def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
     solver = Solver()
-    rows = tiny.game_rows(300, random.Random(0), solver, training.data.train_secrets())
-    assert rows == tiny.game_rows(300, random.Random(0), solver, training.data.train_secrets())  # deterministic
+    rows = game_rows(300, random.Random(0), solver, train_secrets())
+    assert rows == game_rows(300, random.Random(0), solver, train_secrets())  # deterministic
     turns = set()
     for row in rows:
         history = parse_history(row["prompt"][1]["content"])
         guess = parse_completion(row["completion"])
         turns.add(len(history))
-        assert row["completion"][0]["content"] == tiny.reply_text(history, guess)
+        assert row["completion"][0]["content"] == reply_text(history, guess)
         if history:
             assert guess in candidates(history).words(), (history, guess)
         else:
@@ -208,16 +215,15 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
 
 
 def test_guess_bag_learns_to_favour_still_possible_answers():
-    rows = tiny.game_rows(300, random.Random(0), Solver(), training.data.train_secrets())
-    encoded = tiny._encode(TOKENIZER, rows)
-    spec = dataclasses.replace(tiny.SCALES["ci"], bag_steps=100, batch_size=32)
-    matrix = tiny._fit_guess_bag(encoded, TOKENIZER, spec, seed=0)
-    assert matrix.shape == (len(TOKENIZER), len(tiny.WORDS))
-    column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS)))}
+    rows = game_rows(300, random.Random(0), Solver(), train_secrets())
+    encoded = encode(TOKENIZER, rows)
+    matrix = fit_guess_bag(encoded, TOKENIZER, steps=100, batch_size=32, learning_rate=1e-2, seed=0)
+    assert matrix.shape == (len(TOKENIZER), len(WORDS))
+    column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(WORDS)))}
     gains = []
-    for _, prefix, cands in tiny._guess_states(encoded):
+    for _, prefix, cands in guess_states(encoded):
         probs = matrix[prefix].mean(0).softmax(-1)
-        gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(tiny.WORDS)))
+        gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5
 
@@ -226,16 +232,14 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
     # Before any training the model's answer logits are the bag's: the mean over the prefix of each
     # token's row. A rank-16 bag survives the SVD (hidden 64) exactly; the MLP's small random output
     # is the only noise.
-    spec = dataclasses.replace(tiny.SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
-    model = tiny.build_model(TOKENIZER, spec, seed=0)
+    spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
+    model = build_model(TOKENIZER, spec, seed=0)
     generator = torch.Generator().manual_seed(0)
-    matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(
-        16, len(tiny.WORDS), generator=generator
-    )
-    encoded = tiny._encode(TOKENIZER, tiny.game_rows(40, random.Random(0), Solver(), training.data.train_secrets()))
-    word_ids = TOKENIZER.convert_tokens_to_ids(list(tiny.WORDS))
-    tiny._wire_guess_bag(model, matrix, word_ids, encoded)
-    states = tiny._guess_states(encoded)
+    matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(16, len(WORDS), generator=generator)
+    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS))
+    wire_guess_bag(model, matrix, word_ids, encoded)
+    states = guess_states(encoded)
     assert len(states) > 20
     with torch.no_grad():
         for _, prefix, _ in states:
@@ -244,19 +248,17 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
             assert torch.corrcoef(torch.stack([logits, bag]))[0, 1] > 0.98
             assert bag[logits.argmax()] >= bag.topk(10).values[-1]  # its top answer is among the bag's ten
     with pytest.raises(ValueError, match="one key/value head per attention head"):
-        tiny._wire_guess_bag(
-            tiny.build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded
-        )
+        wire_guess_bag(build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
 
 
 # --- a ci-scale build -----------------------------------------------------------------------------
 
 
 def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
-    for name in (*tiny.MODEL_FILES, "build_info.json"):
+    for name in (*MODEL_FILES, "build_info.json"):
         assert (ci_model / name).is_file(), name
     info = json.loads((ci_model / "build_info.json").read_text())
-    ci = tiny.SCALES["ci"]
+    ci = SCALES["ci"]
     assert info["scale"] == "ci" and info["steps"] == ci.steps
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
@@ -284,20 +286,20 @@ def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, mon
         seen["eval"] = tuple(secrets)
         return real_eval(model, tokenizer, secrets, **kwargs)
 
-    real_rows, real_eval = tiny.game_rows, evaluation.run.evaluate_model
-    monkeypatch.setattr(tiny, "game_rows", spy_rows)
-    monkeypatch.setattr(evaluation.run, "evaluate_model", spy_eval)
-    out = tiny.build(tmp_path / "ci", scale="ci", seed=1)
-    assert seen["train"] == training.data.train_secrets()
-    assert set(seen["eval"]) <= set(training.data.eval_secrets())
-    assert not set(seen["train"]) & set(training.data.eval_secrets())
+    real_rows, real_eval = game_rows, evaluate_model
+    monkeypatch.setattr(tinymodel.build, "game_rows", spy_rows)
+    monkeypatch.setattr(tinymodel.build, "evaluate_model", spy_eval)
+    out = build(tmp_path / "ci", scale="ci", seed=1)
+    assert seen["train"] == train_secrets()
+    assert set(seen["eval"]) <= set(eval_secrets())
+    assert not set(seen["train"]) & set(eval_secrets())
     info = json.loads((out / "build_info.json").read_text())
-    assert info["eval"]["games"] == len(seen["eval"]) == tiny.SCALES["ci"].eval_games
+    assert info["eval"]["games"] == len(seen["eval"]) == SCALES["ci"].eval_games
     assert 0 <= info["eval"]["win_rate"] <= 1
 
 
 def test_ci_build_is_deterministic_in_its_seed(ci_model, tmp_path):
-    again = tiny.build(tmp_path / "again", scale="ci", seed=0)
+    again = build(tmp_path / "again", scale="ci", seed=0)
     assert (again / "model.safetensors").read_bytes() == (ci_model / "model.safetensors").read_bytes()
     assert (again / "tokenizer.json").read_bytes() == (ci_model / "tokenizer.json").read_bytes()
 
@@ -310,7 +312,7 @@ def test_saved_tokenizer_loads_as_itself_not_qwen2(ci_model):
     for text in texts:
         assert round_trips(tokenizer, text)
         assert tokenizer(text)["input_ids"] == TOKENIZER(text)["input_ids"]
-    assert tokenizer.chat_template == tiny.CHAT_TEMPLATE
+    assert tokenizer.chat_template == CHAT_TEMPLATE
     assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == ("<|end|>", "<|pad|>", "<|unk|>")
 
 
@@ -336,50 +338,44 @@ def test_lora_attaches_to_the_attention_projections(ci_model):
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
     names = [n for n, p in peft_model.named_parameters() if p.requires_grad]
-    layers = tiny.SCALES["ci"].num_layers
+    layers = SCALES["ci"].num_layers
     assert len(names) == 2 * 4 * layers and all("lora_" in n for n in names)
 
 
-def test_ensure_tiny_builds_into_the_cache_once(tmp_path, monkeypatch):
-    builds = []
-
-    def ci_build(out_dir, scale="full", seed=0):
-        builds.append(out_dir)
-        return real_build(out_dir, scale="ci", seed=seed)
-
-    real_build = tiny.build
-    monkeypatch.setattr(tiny, "TINY_DIR", tmp_path / "not-shipped")
-    monkeypatch.setenv("WORDLE_GRPO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(tiny, "build", ci_build)
-    first = tiny.ensure_tiny()
-    assert first.parent == tmp_path / "cache" and tiny._is_model_dir(first)
-    assert tiny.ensure_tiny() == first
-    assert len(builds) == 1
-    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no scratch left behind
+def test_a_missing_embedded_model_is_one_line_naming_the_build(tmp_path, monkeypatch):
+    # Loading never builds (a build takes 21 minutes): it names what is missing and the command.
+    monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp_path / "model")
+    with pytest.raises(MissingModelError) as raised:
+        model_dir()
+    assert "config.json" in str(raised.value) and "python -m tinymodel" in str(raised.value)
+    with pytest.raises(ConfigError, match="python -m tinymodel") as raised:
+        model_source("tiny")
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "model").exists()
 
 
 # --- the shipped artefact -------------------------------------------------------------------------
 
 
-def test_ensure_tiny_returns_the_shipped_model():
-    assert tiny.ensure_tiny() == tiny.TINY_DIR
+def test_tiny_loads_the_shipped_model():
+    assert model_dir() == MODEL_DIR and model_source("tiny") == str(MODEL_DIR)
 
 
 def test_shipped_model_is_small_and_built_from_training_secrets_only():
-    size = sum(f.stat().st_size for f in tiny.TINY_DIR.rglob("*") if f.is_file())
+    size = sum(f.stat().st_size for f in MODEL_DIR.rglob("*") if f.is_file())
     assert size <= 25 * 2**20
-    assert (tiny.TINY_DIR / "model.safetensors").is_file()
-    info = json.loads((tiny.TINY_DIR / "build_info.json").read_text())
-    assert info["scale"] == "full" and info["recipe_version"] == tiny.RECIPE_VERSION
-    assert info["train_secrets"] == "training.data.train_secrets()"
-    assert info["eval_secrets"] == "training.data.eval_secrets()"
+    assert (MODEL_DIR / "model.safetensors").is_file()
+    info = json.loads((MODEL_DIR / "build_info.json").read_text())
+    assert info["scale"] == "full" and info["recipe_version"] == RECIPE_VERSION
+    assert info["train_secrets"] == "wordle.train_secrets()"
+    assert info["eval_secrets"] == "wordle.eval_secrets()"
     assert info["eval"]["games"] == 300 and not info["stopped_early"]
 
 
 def test_shipped_model_plays_real_games_on_held_out_secrets():
-    model = AutoModelForCausalLM.from_pretrained(tiny.TINY_DIR)
-    tokenizer = AutoTokenizer.from_pretrained(tiny.TINY_DIR)
-    info = json.loads((tiny.TINY_DIR / "build_info.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
+    info = json.loads((MODEL_DIR / "build_info.json").read_text())
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     (result,) = evaluate_model(model, tokenizer, eval_secrets()[::5])  # 60 games, every fifth secret
     metrics = result.metrics

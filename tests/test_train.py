@@ -19,9 +19,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 import grpo_train
+from tinymodel import MODEL_DIR
 from training import device as devices
 from training.config import resolve
-from training.tiny import TINY_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +67,7 @@ def test_grpo_steps_change_lora_and_leave_the_base_alone(tmp_path):
     assert lora and all("lora_" in n for n in lora)
     # LoRA B starts at zero: any non-zero value is what the two optimizer steps did.
     assert any(t.abs().sum() > 0 for n, t in lora.items() if "lora_B" in n)
-    original = load_file(TINY_DIR / "model.safetensors")
+    original = load_file(MODEL_DIR / "model.safetensors")
     assert base, "no base parameters found"
     for name, tensor in base.items():
         torch.testing.assert_close(tensor, original[original_name(name)], rtol=0, atol=0, msg=name)
@@ -75,7 +75,7 @@ def test_grpo_steps_change_lora_and_leave_the_base_alone(tmp_path):
 
     # What was saved loads with PeftModel.from_pretrained and holds the trained LoRA weights.
     out = Path(trainer.args.output_dir)
-    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(TINY_DIR), out)
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(MODEL_DIR), out)
     reloaded, _ = split_params(loaded)
     for name, tensor in lora.items():
         torch.testing.assert_close(reloaded[name], tensor, msg=name)
@@ -276,5 +276,5 @@ def test_the_readme_main_job_trains_the_embedded_model_to_a_saved_adapter(tmp_pa
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(TINY_DIR), out)
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(MODEL_DIR), out)
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in loaded.named_parameters())

@@ -72,7 +72,7 @@ def _base_section(base_model: str, kind: BaseKind) -> str:
         return (
             "`tiny`: wordle-grpo's embedded model, a small Qwen2 with its own Wordle tokenizer (one token per "
             "answer word and per marked letter). It is on no model hub: it ships in the wordle-grpo package as "
-            "`training/tiny_model/` and loads with `--model tiny`. `adapter_config.json` therefore names it "
+            "`tinymodel/model/` and loads with `--model tiny`. `adapter_config.json` therefore names it "
             '`"tiny"`, which `AutoPeftModelForCausalLM` cannot load; load it as below.'
         )
     if kind == "local":
@@ -86,9 +86,9 @@ def _base_section(base_model: str, kind: BaseKind) -> str:
 def _load_section(base_model: str, kind: BaseKind, out: str) -> str:
     if kind == "tiny":
         base = [
-            "from training.tiny import ensure_tiny  # the wordle-grpo package (pip install -e . in its repository)",
+            "from tinymodel import model_dir  # the wordle-grpo package (pip install -e . in its repository)",
             "",
-            "BASE = ensure_tiny()  # the package's training/tiny_model directory",
+            "BASE = model_dir()  # the package's tinymodel/model directory",
         ]
     else:
         note = "the hub id" if kind == "hub" else "the local directory it was trained on"

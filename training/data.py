@@ -32,6 +32,7 @@ from wordle import (
     score_guess,
     train_secrets,
 )
+from wordle.game import play_guesses
 
 logger = logging.getLogger(__name__)
 
@@ -60,17 +61,6 @@ def play_state(secret: str, n_past: int, rng: random.Random, solver: Solver, exp
         return rng.choice(allowed())
 
     return play_guesses(secret, n_past, choose)
-
-
-def play_guesses(secret: str, n_past: int, choose: Callable[[list[tuple[str, str]]], str]) -> list[tuple[str, str]]:
-    """Up to ``n_past`` guesses ``choose(history)`` against ``secret``, stopping before one that would win."""
-    history: list[tuple[str, str]] = []
-    while len(history) < n_past:
-        guess = choose(history)
-        if guess == secret:
-            break
-        history.append((guess, score_guess(guess, secret)))
-    return history
 
 
 def make_row(secret: str, history: Sequence[tuple[str, str]], system_prompt: str | None = None) -> dict[str, Any]:

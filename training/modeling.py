@@ -18,6 +18,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from trl import get_quantization_config
 
+import tinymodel
 from training import device as devices
 from training.config import TINY, ConfigError, Resolved
 
@@ -43,9 +44,10 @@ def model_source(name: str) -> str:
     transformers' retries.
     """
     if name == TINY:
-        from training.tiny import ensure_tiny
-
-        return str(ensure_tiny())
+        try:
+            return str(tinymodel.model_dir())
+        except tinymodel.MissingModelError as err:
+            raise ConfigError(str(err)) from None
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

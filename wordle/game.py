@@ -15,7 +15,7 @@ next prompt shows only the valid guesses (see :class:`GameView`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -163,6 +163,17 @@ def play(player: Player, secrets: Sequence[str] | None = None, starts: Sequence[
             pattern = score_guess(word, game.secret) if status == "valid" else None
             game.turns.append(Turn(game.guesses + 1, reply, status, word, pattern))
     return games
+
+
+def play_guesses(secret: str, n_past: int, choose: Callable[[list[tuple[str, str]]], str]) -> list[tuple[str, str]]:
+    """Up to ``n_past`` guesses ``choose(history)`` against ``secret``, stopping before one that would win."""
+    history: list[tuple[str, str]] = []
+    while len(history) < n_past:
+        guess = choose(history)
+        if guess == secret:
+            break
+        history.append((guess, score_guess(guess, secret)))
+    return history
 
 
 @dataclass(frozen=True)

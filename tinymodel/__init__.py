@@ -1,0 +1,61 @@
+"""The embedded default model (``--model tiny``): its builder, and the model it ships in ``tinymodel/model``.
+
+No machine of ours can reach a model hub, so the project makes its own small model, one module per job:
+
+- :mod:`tinymodel.tokenizer`: a **tokenizer that shows letters and picks words**. A prompt is spelled
+  letter by letter, each letter with its feedback mark and its column as one token (``S(-)₁``,
+  `` O(✓)₂``), so a past guess costs 12 tokens and every constraint it sets is one token. A guess of
+  an answer is one token, so the model chooses among words and cannot misspell one. Its chat
+  template drops the system message and ends every turn with ``<|end|>``, the eos token.
+- :mod:`tinymodel.bag`: the **wired start**. A softmax regression from the prompt's tokens to the
+  guessed answer (the *guess bag*, fitted in about two minutes) is written into a fresh Qwen2's
+  layer 0 as uniform attention, so before any training its top answer already fits every feedback
+  line in most states.
+- :mod:`tinymodel.data`: the **training rows**, game states of the training secrets only, answered
+  ``<think>.R..E</think><guess>CRANE</guess>`` (the think is the letters placed so far).
+- :mod:`tinymodel.sft`: **supervised training** (a transformers ``Trainer``) that scores the answer
+  token against every still-possible answer at once (a soft target). It teaches the reply's format
+  and refines the wired guess.
+- :mod:`tinymodel.build`: the small Qwen2, the scales and the build, whose CLI is
+  ``python -m tinymodel`` (21 minutes on one CPU core; ``--scale ci`` makes a throwaway model in
+  seconds for tests).
+
+This module imports nothing heavy: loading the shipped model needs only :func:`model_dir`.
+Loading never builds; a missing model is a one-line error that names the build command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODEL_DIR = Path(__file__).resolve().parent / "model"
+BUILD_COMMAND = f"python -m tinymodel --out {MODEL_DIR}"
+# The files that make a loadable model directory.
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
+
+
+class MissingModelError(FileNotFoundError):
+    """The shipped model's files are not there (a partial checkout, or files deleted)."""
+
+
+def is_model_dir(path: Path) -> bool:
+    return all((path / name).is_file() for name in MODEL_FILES)
+
+
+def model_dir() -> Path:
+    """The shipped model's directory. Raises :class:`MissingModelError` when a file is missing: a
+    build takes about 21 minutes, too long to start silently inside model loading."""
+    missing = [name for name in MODEL_FILES if not (MODEL_DIR / name).is_file()]
+    if missing:
+        raise MissingModelError(
+            f"the embedded model is missing {', '.join(missing)} in {MODEL_DIR}: restore the directory "
+            f"from the repository, or rebuild it with `{BUILD_COMMAND}` (about 21 minutes on one core)"
+        )
+    return MODEL_DIR

@@ -1,0 +1,205 @@
+"""Building the embedded model: a small Qwen2, the wired guess bag, supervised training, a held-out score.
+
+``python -m tinymodel`` (or :func:`build`) rebuilds the shipped model in ``tinymodel/model`` (21 minutes
+on one CPU core; training stops early if a busy machine would push it past the scale's ``max_seconds``,
+and build_info.json says so); ``--scale ci`` makes a throwaway one in seconds for tests. What was
+tried before this recipe, and what each try measured, is in docs/embedded-model.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import shlex
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from evaluation.run import evaluate_model, select_secrets
+from tinymodel import MODEL_DIR
+from tinymodel.bag import fit_guess_bag, wire_guess_bag
+from tinymodel.data import encode, game_rows
+from tinymodel.sft import WallClock, train
+from tinymodel.tokenizer import WORDS, build_tokenizer, save_tokenizer
+from wordle import Solver, train_secrets
+
+logger = logging.getLogger(__name__)
+
+# Recorded in build_info.json: bump when the recipe changes.
+RECIPE_VERSION = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """How big a build is. ``max_seconds`` only guards against a slow machine: training stops once
+    the build has run that long (recorded in build_info.json); otherwise a build is deterministic
+    in its seed."""
+
+    steps: int  # one pass over steps * batch_size fresh game states
+    batch_size: int
+    learning_rate: float
+    bag_steps: int  # fitting the guess bag (see fit_guess_bag), batches of batch_size states
+    bag_learning_rate: float
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    eval_games: int  # full games on held-out secrets after the build
+    max_seconds: float
+
+
+SCALES: dict[str, Scale] = {
+    "full": Scale(
+        steps=900,
+        batch_size=64,
+        learning_rate=1e-3,  # 5e-4 left the replies' format unlearnt after 300 steps
+        bag_steps=1500,
+        bag_learning_rate=1e-2,
+        hidden_size=256,
+        intermediate_size=768,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=8,  # the wiring copies values through: one key/value head per head
+        eval_games=300,
+        max_seconds=1800.0,
+    ),
+    "ci": Scale(
+        steps=6,
+        batch_size=8,
+        learning_rate=3e-3,
+        bag_steps=20,
+        bag_learning_rate=1e-2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=2,
+        eval_games=8,
+        max_seconds=60.0,
+    ),
+}
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> Qwen2ForCausalLM:
+    """A freshly initialised small Qwen2 for ``tokenizer``, in float32."""
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=scale.hidden_size,
+        intermediate_size=scale.intermediate_size,
+        num_hidden_layers=scale.num_layers,
+        num_attention_heads=scale.num_heads,
+        num_key_value_heads=scale.num_kv_heads,
+        max_position_embeddings=tokenizer.model_max_length,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=48,
+        do_sample=False,
+    )
+    return model
+
+
+def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
+    """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
+
+    Every training row comes from game states of ``wordle.train_secrets()``; the scores in
+    build_info.json are measured on game states of the held-out ``eval_secrets()``.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+    spec = SCALES[scale]
+    out_dir = Path(out_dir)
+    started = time.monotonic()
+    solver = Solver()
+    rng = random.Random(seed)
+
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, spec, seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
+
+    # One pass over fresh rows: data is cheap here, compute is not.
+    rows = game_rows(spec.steps * spec.batch_size, rng, solver, train_secrets())
+    logger.info("built %d game states in %.0f s", len(rows), time.monotonic() - started)
+
+    encoded = encode(tokenizer, rows)
+    word_ids = tokenizer.convert_tokens_to_ids(list(WORDS))
+    wire_guess_bag(
+        model,
+        fit_guess_bag(encoded, tokenizer, spec.bag_steps, spec.batch_size, spec.bag_learning_rate, seed),
+        word_ids,
+        encoded,
+    )
+    logger.info("guess bag fitted and wired into layer 0 in %.0f s", time.monotonic() - started)
+
+    clock = WallClock(started + spec.max_seconds)
+    with tempfile.TemporaryDirectory(prefix="tiny-sft-") as scratch:
+        steps, loss = train(
+            model, tokenizer, encoded, spec.steps, spec.batch_size, spec.learning_rate, seed, clock, scratch
+        )
+    logger.info("trained %d steps, mean loss %.3f", steps, loss)
+    if clock.stopped_early:
+        logger.warning("training stopped early: the build's %.0f s budget ran out", spec.max_seconds)
+    train_seconds = time.monotonic() - started
+
+    model.eval()
+    (result,) = evaluate_model(model, tokenizer, select_secrets(spec.eval_games))
+    m = result.metrics
+    scores = {"games": m["games"], "mean_guesses_won": m["mean_guesses_won"]["mean"]} | {
+        key: m[key]["rate"] for key in ("win_rate", "format_failure_rate", "nonword_rate", "inconsistent_rate")
+    }
+    logger.info("held-out games: %s", scores)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    save_tokenizer(tokenizer, out_dir)
+    info = {
+        "recipe_version": RECIPE_VERSION,
+        "scale": scale,
+        "seed": seed,
+        "parameters": n_params,
+        "vocab_size": len(tokenizer),
+        "train_secrets": "wordle.train_secrets()",
+        "train_states": len(rows),
+        "steps": steps,
+        "max_steps": spec.steps,
+        "stopped_early": clock.stopped_early,
+        "mean_train_loss": round(loss, 4),
+        "eval_secrets": "wordle.eval_secrets()",
+        "eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in scores.items()},
+        "train_seconds": round(train_seconds, 1),
+        "build_seconds": round(time.monotonic() - started, 1),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "command": "python -m tinymodel " + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}"]),
+    }
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return out_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--out", type=Path, default=MODEL_DIR, help="directory to write (default: %(default)s)")
+    parser.add_argument("--scale", choices=list(SCALES), default="full")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    out = build(args.out, args.scale, args.seed)
+    info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))
+    print(json.dumps(info, indent=2))
+    return 0

@@ -1,0 +1,90 @@
+"""Supervised training of the embedded model: cross-entropy on the reply, a soft target for the answer."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import datasets
+from transformers import PreTrainedModel, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments
+
+from tinymodel.data import collate
+
+
+class WallClock(TrainerCallback):
+    """Stops training once ``deadline`` (a time.monotonic() value) has passed."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.stopped_early = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() > self.deadline:
+            self.stopped_early = True
+            control.should_training_stop = True
+        return control
+
+
+class SoftTargetTrainer(Trainer):
+    """Cross-entropy on the reply's tokens, except that the guessed answer is scored against the
+    uniform distribution over *all* candidate answers of the state rather than the one sampled:
+    every row then teaches the whole set of words that fit (no previous guess among them), where a
+    sampled target teaches one, noisily. Measured: see the README's table of tries."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        word_pos, cands, labels = inputs.pop("word_pos"), inputs.pop("candidates"), inputs.pop("labels")
+        outputs = model(**inputs)
+        logp = outputs.logits[:, :-1].float().log_softmax(-1)
+        targets = labels[:, 1:]
+        mask = targets != -100
+        token_nll = -logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[mask]
+        rows = (word_pos > 0).nonzero().squeeze(-1)
+        word_logp = logp[rows, word_pos[rows] - 1]  # the distribution the answer token is drawn from
+        listed = cands[rows]
+        valid = listed >= 0
+        soft = -(word_logp.gather(-1, listed.clamp(min=0)) * valid).sum(-1) / valid.sum(-1).clamp(min=1)
+        loss = (token_nll.sum() + soft.sum()) / (mask.sum() + len(rows)).clamp(min=1)
+        return (loss, outputs) if return_outputs else loss
+
+
+def train(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    encoded: datasets.Dataset,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    clock: WallClock,
+    scratch: str,
+) -> tuple[int, float]:
+    """``steps`` steps of supervised training on the replies (see :class:`SoftTargetTrainer`);
+    returns the steps taken and the mean training loss."""
+    config = TrainingArguments(
+        output_dir=scratch,
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(100, steps // 10),
+        weight_decay=0.01,
+        train_sampling_strategy="group_by_length",  # prompts run from 8 to 68 tokens: batch like with like
+        remove_unused_columns=False,
+        use_cpu=True,
+        seed=seed,
+        data_seed=seed,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=max(1, steps // 10),
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = SoftTargetTrainer(
+        model=model,
+        args=config,
+        train_dataset=encoded,
+        data_collator=functools.partial(collate, pad_id=tokenizer.pad_token_id),
+        callbacks=[clock],
+    )
+    result = trainer.train()
+    return trainer.state.global_step, result.training_loss

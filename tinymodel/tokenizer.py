@@ -1,0 +1,156 @@
+"""The embedded model's tokenizer: letters with their marks and columns in, whole answers out.
+
+A word-level vocabulary over fixed pieces (reply tags, marked letters, the prompt's fixed phrases),
+single characters and the 2315 answers; its chat template drops the system message. Built with
+``tokenizers`` and saved as a ``PreTrainedTokenizerFast`` that ``AutoTokenizer`` loads back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from wordle import answers
+
+UNK, PAD, EOS, USER, ASSISTANT = "<|unk|>", "<|pad|>", "<|end|>", "<|user|>", "<|assistant|>"
+SPECIAL_TOKENS = (UNK, PAD, EOS, USER, ASSISTANT)
+# Multi-character pieces that are one token each: the reply tags, the feedback marks and the fixed
+# phrases of wordle.prompts.render_user_message. Anything else is spelled a character at a time,
+# so a changed prompt still round-trips, only longer (a test pins the prompt lengths).
+# A marked letter ("S(-)", and " S(-)" with the space before it) is one token: the feedback is attached
+# to the letter it is about, and a past guess's line costs 12 tokens instead of 21.
+MARKS = ("✓", "~", "-")
+MARKED_LETTERS = tuple(
+    f"{space}{chr(c)}({mark})" for space in ("", " ") for c in range(ord("A"), ord("Z") + 1) for mark in MARKS
+)
+# A normalizer tags each mark of a five-mark feedback line with its column ("S(-)₁ O(-)₂ ..."), so a
+# marked letter's token says which letter, which mark and where. That makes a guess's fit to the
+# feedback a sum over the prompt's tokens, which the guess bag (tinymodel.bag.fit_guess_bag) learns in two minutes.
+# The decoder drops the tags again, so prompts still decode to themselves.
+COLUMN_TAGS = "₁₂₃₄₅"
+TAGGED_LETTERS = tuple(f"{letter}{tag}" for letter in MARKED_LETTERS for tag in COLUMN_TAGS)
+PIECES = (
+    "<think>",
+    "</think>",
+    "<guess>",
+    "</guess>",
+    "(✓)",
+    "(~)",
+    "(-)",
+    *MARKED_LETTERS,
+    "Guess ",
+    " of ",
+    ". Your guesses so far:",
+    ". No guesses yet.",
+    ": ",
+)
+# Every answer is also one token when it is guessed: the model picks a word in one step, as a choice
+# among answers, and cannot misspell it. Its embedding starts as the guess bag's vector for it
+# (tinymodel.bag.wire_guess_bag), and past guesses reach the prompt as marked letters. Other allowed words (the
+# SOARE opener among them) are spelled a letter at a time.
+WORDS = answers()
+WORD_SET = frozenset(WORDS)
+# Printable ASCII (so A-Z are single tokens, and any reply a model writes in ASCII round-trips),
+# the whitespace the renderer uses, and the marks of wordle.prompts' notations.
+CHARACTERS = (*(chr(c) for c in range(32, 127)), "\n", "\t", "✓", "✔")
+
+# The custom tokenizer class named in tokenizer_config.json's auto_map. It exists because AutoTokenizer
+# swaps any tokenizer of a config with model_type "qwen2" for Qwen2Tokenizer, which rebuilds a byte-level
+# BPE from our vocabulary and mangles every string (spaces and newlines vanish). An auto_map turns that
+# swap off: without trust_remote_code transformers then loads the declared tokenizer_class
+# (TokenizersBackend) from tokenizer.json as is, and with trust_remote_code it loads this class,
+# which is TokenizersBackend under a name.
+_TOKENIZER_MODULE = "tokenization_wordle_tiny"
+_TOKENIZER_CLASS = "WordleTinyTokenizer"
+_TOKENIZER_SOURCE = f'''"""The wordle-grpo tiny model's tokenizer: tokenizer.json loaded as it is (see tinymodel/tokenizer.py)."""
+
+from transformers import TokenizersBackend
+
+
+class {_TOKENIZER_CLASS}(TokenizersBackend):
+    pass
+'''
+
+# System messages are dropped: the tiny model is trained on one task, and the rules text would be a
+# third of every prompt. The {% generation %} markers let SFT's assistant_only_loss find the reply.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}"
+    "{{- '" + USER + "' + message['content'] + '" + EOS + "' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '" + ASSISTANT + "' -}}"
+    "{%- generation -%}{{- message['content'] + '" + EOS + "' -}}{%- endgeneration -%}"
+    "{%- elif message['role'] != 'system' -%}"
+    "{{- raise_exception('the tiny model chat template knows only system, user and assistant messages') -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '" + ASSISTANT + "' -}}{%- endif -%}"
+)
+
+
+def build_tokenizer(column_tags: bool = True) -> PreTrainedTokenizerFast:
+    """The letter-level tokenizer, with the chat template and eos/pad/unk set.
+
+    A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
+    of ``PIECES`` or else one character, and the decoder joins tokens back without separators, so
+    every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
+    ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
+    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons.
+    """
+    tagged = TAGGED_LETTERS if column_tags else ()
+    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged))}
+    pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
+    # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
+    # so the model reads its letters next to their marks and is not primed to repeat the word.
+    words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
+    pieces = f"{words}|{pieces}"
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    if column_tags:
+        backend.normalizer = _column_tagger()
+        backend.decoder = decoders.Sequence([decoders.Replace(Regex(f"[{COLUMN_TAGS}]"), ""), decoders.Fuse()])
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token=UNK,
+        pad_token=PAD,
+        eos_token=EOS,
+        additional_special_tokens=[USER, ASSISTANT],
+        clean_up_tokenization_spaces=False,
+        model_max_length=512,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def _column_tagger() -> normalizers.Normalizer:
+    """Tags the mark of column k of every five-mark feedback line with ``COLUMN_TAGS[k]``.
+
+    The rules run column by column. A mark is in column k when exactly 4 - k marked letters follow it
+    before the line ends (later columns are still untagged then) and the letter before it follows
+    ": " (column 1) or a mark tagged k - 1, so only whole lines of five are tagged."""
+    marks = "".join(MARKS)
+    rules = []
+    for k, tag in enumerate(COLUMN_TAGS):
+        before = ": " if k == 0 else f"[{marks}]\\){COLUMN_TAGS[k - 1]} "
+        after = f"(?: [A-Z]\\([{marks}]\\)){{{4 - k}}}(?:\\n|\\z)"
+        rules += [
+            normalizers.Replace(Regex(f"(?<={before}[A-Z])\\({re.escape(m)}\\)(?={after})"), f"({m}){tag}")
+            for m in MARKS
+        ]
+    return normalizers.Sequence(rules)
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:
+    """``save_pretrained``, plus the auto_map that keeps AutoTokenizer from swapping in Qwen2Tokenizer."""
+    tokenizer.save_pretrained(out_dir)
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["auto_map"] = {"AutoTokenizer": [None, f"{_TOKENIZER_MODULE}.{_TOKENIZER_CLASS}"]}
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / f"{_TOKENIZER_MODULE}.py").write_text(_TOKENIZER_SOURCE, encoding="utf-8")

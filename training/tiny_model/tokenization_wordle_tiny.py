@@ -1,7 +1,0 @@
-"""The wordle-grpo tiny model's tokenizer: tokenizer.json loaded as it is (see training/tiny.py)."""
-
-from transformers import TokenizersBackend
-
-
-class WordleTinyTokenizer(TokenizersBackend):
-    pass

@@ -57,15 +57,14 @@ from training.config import (
     ConfigError,
     Resolved,
     ScriptArguments,
-    eval_settings,
     make_parser,
     resolve,
-    to_yaml,
 )
 from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
 from training.rollout import SLOTS, GameRollout, HeldOutCheck
+from training.summary import eval_settings, to_yaml
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
 

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 import grpo_train
+from rewards import DEFAULT_WEIGHTS, GAME_WEIGHTS
 from training import config as config_mod
 from training import device as devices
-from training.config import ConfigError, available_profiles, resolve
+from training.config import ConfigError, ScriptArguments, available_profiles, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,3 +219,61 @@ def test_cuda_profile_without_a_gpu(monkeypatch, capsys):
 def test_reward_weights_must_match_rewards():
     with pytest.raises(ConfigError, match="reward_weights has 2 values for 4 rewards"):
         resolve(["--profile", "cpu", "--reward_weights", "1.0", "2.0", "--dry-run"])
+
+
+# --- resolve()'s steps, each alone -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected_rewards", "expected_weights"),
+    [
+        ({}, list(DEFAULT_WEIGHTS), list(DEFAULT_WEIGHTS.values())),
+        ({"rollout": "game"}, list(GAME_WEIGHTS), list(GAME_WEIGHTS.values())),
+        # candidate_reward has no default weight: 1.0, as TRL's
+        (
+            {"rewards": ["candidate_reward", "format_reward"]},
+            ["candidate_reward", "format_reward"],
+            [1.0, DEFAULT_WEIGHTS["format_reward"]],
+        ),
+    ],
+)
+def test_rewards_step_fills_the_modes_defaults(kwargs, expected_rewards, expected_weights):
+    script = ScriptArguments(**kwargs)
+    train_kw = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 6, "num_generations": 8}
+    config_mod._rewards(script, train_kw, [])
+    assert script.rewards == expected_rewards
+    assert train_kw["reward_weights"] == expected_weights
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "train_kw", "message"),
+    [
+        ({"rollout": "games"}, {}, "unknown rollout 'games'"),
+        ({"rewards": ["win"]}, {}, "unknown reward 'win'"),
+        ({"rewards": ["game_reward"]}, {}, "game_reward scores whole games: it needs --rollout game"),
+        ({"rewards": ["format_reward"]}, {"reward_weights": [1.0, 2.0]}, "reward_weights has 2 values for 1 rewards"),
+    ],
+)
+def test_rewards_step_refuses(kwargs, train_kw, message):
+    with pytest.raises(ConfigError, match=message):
+        config_mod._rewards(ScriptArguments(**kwargs), train_kw, [])
+
+
+def test_script_flags_step_wins_over_the_layers():
+    train_kw = {"max_completion_length": 128, "optim": "paged_adamw_8bit"}
+    model_kw = {"model_name_or_path": "tiny", "load_in_4bit": True}
+    notes: list[str] = []
+    script = ScriptArguments(model="some/model", max_completion=96, no_4bit=True)
+    config_mod._apply_script_flags(script, train_kw, model_kw, notes)
+    assert train_kw == {"max_completion_length": 96, "optim": "adamw_torch"}
+    assert model_kw == {"model_name_or_path": "some/model", "load_in_4bit": False, "load_in_8bit": False}
+    assert len(notes) == 2 and "needs bitsandbytes" in notes[1]
+
+
+def test_device_step_notes_an_absent_device_or_refuses_it(monkeypatch):
+    monkeypatch.setattr(devices, "has_device", lambda device: False)
+    script, notes = ScriptArguments(profile="cuda", device="cuda"), []
+    assert config_mod._check_device(script, {"bf16": True}, {}, notes, check=False) is False
+    assert notes == ["device cuda is not present on this machine: shown as the profile sets it"]
+    with pytest.raises(ConfigError, match="profile cuda needs an NVIDIA GPU"):
+        config_mod._check_device(script, {}, {}, [], check=True)

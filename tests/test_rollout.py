@@ -12,8 +12,9 @@ import torch
 
 import grpo_train
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
-from training.config import ConfigError, resolve, summary
+from training.config import ConfigError, resolve
 from training.rollout import SLOTS, GameRollout
+from training.summary import summary
 from wordle import MAX_GUESSES, history_for
 from wordle.game import Game, format_reply, play
 

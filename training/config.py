@@ -254,7 +254,7 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str,
     config = _read_yaml(Path(known.config), "config file") if known.config else {}
     model = known.model or config.get("model") or config.get("model_name_or_path") or values["model_name_or_path"]
     if embedded:
-        summary = ", ".join(f"{k} {_plain(v)}" for k, v in embedded.items())
+        summary = ", ".join(f"{k} {plain(v)}" for k, v in embedded.items())
         if model == TINY:
             values.update(embedded)
             notes.append(f"model tiny: the profile's settings for the embedded model apply ({summary})")
@@ -338,7 +338,6 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     lacks, so that any profile can be inspected anywhere.
     """
     known = _pre_parse(argv)
-    check_device = check_device and not known.dry_run
     notes: list[str] = []
     profile, values = _layers(known, notes)
     script_kw, train_kw, model_kw = _parse(argv, values)
@@ -346,8 +345,20 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     script = _construct(ScriptArguments, script_kw, "script")
     if script.device not in devices.DEVICES:
         raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")
+    _apply_script_flags(script, train_kw, model_kw, notes)
+    _check_ranges(script, train_kw, model_kw)
+    _constrain_vllm(script, train_kw, notes)
+    _rewards(script, train_kw, notes)
+    present = _check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
+    training, model, precision = _construct_configs(train_kw, model_kw, present)
+    changed = _changed(script_kw, train_kw, model_kw, precision)
+    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
 
-    # The script's own flags, applied last so they win over every layer.
+
+def _apply_script_flags(
+    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str]
+) -> None:
+    """The script's own flags, applied last so they win over every layer."""
     if script.model is not None:
         model_kw["model_name_or_path"] = script.model
     if script.max_completion is not None:
@@ -358,14 +369,21 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
         if "8bit" in str(train_kw.get("optim", "")):
             notes.append(f"--no-4bit: optimizer {train_kw['optim']} needs bitsandbytes, using adamw_torch")
             train_kw["optim"] = "adamw_torch"
-    _check_ranges(script, train_kw, model_kw)
-    if script.constrain_vllm is not None:
-        if script.constrain_vllm != "allowed":
-            raise ConfigError(f"unknown --constrain_vllm {script.constrain_vllm!r}; valid: allowed")
-        if not train_kw.get("use_vllm"):
-            raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
-        train_kw["vllm_structured_outputs_regex"] = guess_regex()
-        notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
+
+
+def _constrain_vllm(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    if script.constrain_vllm is None:
+        return
+    if script.constrain_vllm != "allowed":
+        raise ConfigError(f"unknown --constrain_vllm {script.constrain_vllm!r}; valid: allowed")
+    if not train_kw.get("use_vllm"):
+        raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
+    train_kw["vllm_structured_outputs_regex"] = guess_regex()
+    notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
+
+
+def _rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    """The rollout mode, its reward functions and their weights (the mode's defaults unless given)."""
     if script.rollout not in ROLLOUTS:
         raise _unknown("rollout", script.rollout, list(ROLLOUTS), "--rollout")
     defaults = default_rewards(script.rollout)
@@ -387,36 +405,55 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
             f"({', '.join(script.rewards)})"
         )
 
+
+def _check_device(
+    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str], check: bool
+) -> bool:
+    """Whether the profile's device is on this machine (an error when ``check`` and it is not), and
+    the fp16 fallback on a GPU without bf16."""
     present = devices.has_device(script.device)
-    if check_device and not present:
-        raise ConfigError(_absent_message(script.device, profile))
+    if check and not present:
+        raise ConfigError(devices.absent_message(script.device, script.profile))
     if script.device in ("cuda", "rocm") and present and train_kw.get("bf16") and not devices.cuda_supports_bf16():
         train_kw.update(bf16=False, fp16=True)
         model_kw["dtype"] = "float16"
         notes.append("this GPU lacks bf16: training in fp16, and 4-bit compute in fp16")
     if not present:
         notes.append(f"device {script.device} is not present on this machine: shown as the profile sets it")
+    return present
 
-    # transformers validates bf16/fp16 against this machine when the config is built; a dry run
-    # for another device builds it without them and puts them back afterwards.
+
+def _construct_configs(
+    train_kw: dict[str, Any], model_kw: dict[str, Any], present: bool
+) -> tuple[GRPOConfig, ModelConfig, dict[str, Any]]:
+    """TRL's GRPOConfig and ModelConfig, and the precision flags as asked for.
+
+    transformers validates bf16/fp16 against this machine when the config is built; a dry run
+    for another device builds it without them and puts them back afterwards.
+    """
     precision = {k: train_kw.get(k) for k in ("bf16", "fp16")}
     if not present:
         train_kw.update(bf16=False, fp16=False)
     training = _construct(GRPOConfig, train_kw, "training")
     for key, value in precision.items():
         setattr(training, key, value)
-    model = _construct(ModelConfig, model_kw, "model")
-    # What argparse yields with no profile, config or flags: TRL's defaults, as the parser sees them.
+    return training, _construct(ModelConfig, model_kw, "model"), precision
+
+
+def _changed(
+    script_kw: dict[str, Any], train_kw: dict[str, Any], model_kw: dict[str, Any], precision: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Every field that differs from what argparse yields with no profile, config or flags (TRL's defaults)."""
     baseline = vars(make_parser().parse_known_args([])[0])
     changed = {
-        name: {k: _plain(v) for k, v in kw.items() if _plain(v) != _plain(baseline.get(k))}
+        name: {k: plain(v) for k, v in kw.items() if plain(v) != plain(baseline.get(k))}
         for name, kw in (("script", script_kw), ("grpo_config", train_kw), ("model_config", model_kw))
     }
     changed["grpo_config"].update({k: v for k, v in precision.items() if v is not None})
     if "vllm_structured_outputs_regex" in changed["grpo_config"]:  # 80 kB of words: summarised, not printed
         regex = changed["grpo_config"]["vllm_structured_outputs_regex"]
         changed["grpo_config"]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
-    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
+    return changed
 
 
 def _game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
@@ -443,134 +480,13 @@ def _game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[s
         train_kw["gradient_accumulation_steps"] = raised
 
 
-def _absent_message(device: str, profile: str) -> str:
-    if device == "mps":
-        return (
-            f"profile {profile} is for Apple MPS, which is absent on this machine; use --profile auto or --profile cpu"
-        )
-    if device in ("cuda", "rocm"):
-        kind = "an AMD GPU under ROCm" if device == "rocm" else "an NVIDIA GPU"
-        return f"profile {profile} needs {kind}, and torch sees none here; use --profile auto or --profile cpu"
-    return f"profile {profile} needs device {device}, which is absent; use --profile auto"
-
-
-# --- the resolved configuration, as the YAML --dry-run prints -------------------------------------
-
-
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
-
-
-def precision(training: GRPOConfig) -> str:
-    return "bf16 mixed" if training.bf16 else "fp16 mixed" if training.fp16 else "fp32"
-
-
-def summary(resolved: Resolved) -> dict[str, Any]:
-    """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
-    s, t, m = resolved.script, resolved.training, resolved.model
-    world = max(t.world_size, 1)
-    completions = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
-    quant: Any = "none"
-    if m.load_in_4bit:
-        quant = {
-            "bits": 4,
-            "type": m.bnb_4bit_quant_type,
-            "double_quant": m.use_bnb_nested_quant,
-            "compute_dtype": m.dtype,
-            "library": "bitsandbytes",
-        }
-    elif m.load_in_8bit:
-        quant = {"bits": 8, "library": "bitsandbytes"}
-    model_name = m.model_name_or_path
-    return {
-        "profile": s.profile,
-        "device": {"target": s.device, "present": devices.has_device(s.device)},
-        "model": {
-            "name_or_path": model_name,
-            "embedded": model_name == TINY,
-            "dtype": m.dtype,
-            "trust_remote_code": t.trust_remote_code,
-        },
-        "precision": precision(t),
-        "quantization": quant,
-        "lora": (
-            {
-                "r": m.lora_r,
-                "alpha": m.lora_alpha,
-                "dropout": m.lora_dropout,
-                "target_modules": m.lora_target_modules,
-            }
-            if m.use_peft
-            else "off (full fine-tuning)"
-        ),
-        "batch": {
-            "per_device_train_batch_size": t.per_device_train_batch_size,
-            "gradient_accumulation_steps": t.gradient_accumulation_steps,
-            "processes": world,
-            "num_generations": t.num_generations,
-            "effective_completions_per_step": completions,
-            "effective_prompts_per_step": completions // t.num_generations,
-            "generation_batch_size": t.generation_batch_size,
-            "steps_per_generation": t.steps_per_generation,
-        },
-        "rollout": _rollout_summary(s, completions, t.num_generations),
-        "generation": {
-            "max_completion_length": t.max_completion_length,
-            "temperature": t.temperature,
-            "use_vllm": t.use_vllm,
-        },
-        "memory": {
-            "gradient_checkpointing": bool(t.gradient_checkpointing),
-            "optimizer": _plain(t.optim),
-            "mps_empty_cache_steps": s.mps_empty_cache_steps,
-        },
-        "rewards": resolved.weights,
-        # What evaluate.py --adapter OUTPUT_DIR reads back, so that it replays the run's own evaluation.
-        "evaluation": {"before_and_after": not s.skip_eval, **eval_settings(resolved)},
-        "notes": resolved.notes,
-        **resolved.changed,
-    }
-
-
-def _rollout_summary(script: ScriptArguments, samples: int, generations: int) -> dict[str, Any]:
-    if script.rollout == "turn":
-        return {"mode": "turn", "completions_per_step": samples, "states_per_step": samples // generations}
-    return {
-        "mode": "game",
-        "games_per_step": samples // SLOTS,
-        "start_states_per_step": samples // (SLOTS * generations),
-        "games_per_start_state": generations,
-        "samples_per_step": samples,
-        "sample_layout": f"{SLOTS} turn slots x {generations} games per start state; a slot after its game ended "
-        "is a masked placeholder whose rewards are all None",
-        "held_out_check": (
-            f"every {script.game_eval_steps} steps, {script.game_eval_games} held-out and {script.game_eval_games} "
-            "training secrets, greedy"
-            if script.game_eval_steps
-            else "off"
-        ),
-    }
-
-
-def eval_settings(resolved: Resolved) -> dict[str, Any]:
-    """How the run plays its evaluation games: saved with them (a saved before.json is reused on
-    --resume only if they match) and in the resolved YAML, which evaluate.py --adapter reads back."""
-    return {
-        "model": resolved.model.model_name_or_path,
-        "games": resolved.script.eval_games,
-        "decoding": "greedy",
-        "max_new_tokens": resolved.training.max_completion_length,
-        "seed": resolved.training.seed,
-    }
-
-
-def to_yaml(resolved: Resolved) -> str:
-    return yaml.safe_dump(summary(resolved), sort_keys=False, allow_unicode=True, width=120)

@@ -78,3 +78,15 @@ class MpsCacheCallback(TrainerCallback):
         if state.global_step % self.every == 0:
             torch.mps.synchronize()
             torch.mps.empty_cache()
+
+
+def absent_message(device: str, profile: str) -> str:
+    """The one-line error for a profile whose device this machine lacks."""
+    if device == "mps":
+        return (
+            f"profile {profile} is for Apple MPS, which is absent on this machine; use --profile auto or --profile cpu"
+        )
+    if device in ("cuda", "rocm"):
+        kind = "an AMD GPU under ROCm" if device == "rocm" else "an NVIDIA GPU"
+        return f"profile {profile} needs {kind}, and torch sees none here; use --profile auto or --profile cpu"
+    return f"profile {profile} needs device {device}, which is absent; use --profile auto"

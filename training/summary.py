@@ -1,0 +1,125 @@
+"""The resolved configuration as a reader checks it: what ``--dry-run`` prints and a run saves.
+
+``summary()`` orders it as a reader checks a run (profile, device, model, precision, quantization,
+LoRA, batch, rollout, generation, memory, rewards, evaluation), then lists every field that differs
+from TRL's defaults; ``to_yaml()`` is what ``wordle_grpo_config.yaml`` holds, and what
+``evaluate.py --adapter`` reads back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from trl import GRPOConfig
+
+from training import device as devices
+from training.config import TINY, Resolved, ScriptArguments, plain
+from training.rollout import SLOTS
+
+
+def precision(training: GRPOConfig) -> str:
+    return "bf16 mixed" if training.bf16 else "fp16 mixed" if training.fp16 else "fp32"
+
+
+def summary(resolved: Resolved) -> dict[str, Any]:
+    """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
+    s, t, m = resolved.script, resolved.training, resolved.model
+    world = max(t.world_size, 1)
+    completions = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    quant: Any = "none"
+    if m.load_in_4bit:
+        quant = {
+            "bits": 4,
+            "type": m.bnb_4bit_quant_type,
+            "double_quant": m.use_bnb_nested_quant,
+            "compute_dtype": m.dtype,
+            "library": "bitsandbytes",
+        }
+    elif m.load_in_8bit:
+        quant = {"bits": 8, "library": "bitsandbytes"}
+    model_name = m.model_name_or_path
+    return {
+        "profile": s.profile,
+        "device": {"target": s.device, "present": devices.has_device(s.device)},
+        "model": {
+            "name_or_path": model_name,
+            "embedded": model_name == TINY,
+            "dtype": m.dtype,
+            "trust_remote_code": t.trust_remote_code,
+        },
+        "precision": precision(t),
+        "quantization": quant,
+        "lora": (
+            {
+                "r": m.lora_r,
+                "alpha": m.lora_alpha,
+                "dropout": m.lora_dropout,
+                "target_modules": m.lora_target_modules,
+            }
+            if m.use_peft
+            else "off (full fine-tuning)"
+        ),
+        "batch": {
+            "per_device_train_batch_size": t.per_device_train_batch_size,
+            "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "processes": world,
+            "num_generations": t.num_generations,
+            "effective_completions_per_step": completions,
+            "effective_prompts_per_step": completions // t.num_generations,
+            "generation_batch_size": t.generation_batch_size,
+            "steps_per_generation": t.steps_per_generation,
+        },
+        "rollout": _rollout_summary(s, completions, t.num_generations),
+        "generation": {
+            "max_completion_length": t.max_completion_length,
+            "temperature": t.temperature,
+            "use_vllm": t.use_vllm,
+        },
+        "memory": {
+            "gradient_checkpointing": bool(t.gradient_checkpointing),
+            "optimizer": plain(t.optim),
+            "mps_empty_cache_steps": s.mps_empty_cache_steps,
+        },
+        "rewards": resolved.weights,
+        # What evaluate.py --adapter OUTPUT_DIR reads back, so that it replays the run's own evaluation.
+        "evaluation": {"before_and_after": not s.skip_eval, **eval_settings(resolved)},
+        "notes": resolved.notes,
+        **resolved.changed,
+    }
+
+
+def _rollout_summary(script: ScriptArguments, samples: int, generations: int) -> dict[str, Any]:
+    if script.rollout == "turn":
+        return {"mode": "turn", "completions_per_step": samples, "states_per_step": samples // generations}
+    return {
+        "mode": "game",
+        "games_per_step": samples // SLOTS,
+        "start_states_per_step": samples // (SLOTS * generations),
+        "games_per_start_state": generations,
+        "samples_per_step": samples,
+        "sample_layout": f"{SLOTS} turn slots x {generations} games per start state; a slot after its game ended "
+        "is a masked placeholder whose rewards are all None",
+        "held_out_check": (
+            f"every {script.game_eval_steps} steps, {script.game_eval_games} held-out and {script.game_eval_games} "
+            "training secrets, greedy"
+            if script.game_eval_steps
+            else "off"
+        ),
+    }
+
+
+def eval_settings(resolved: Resolved) -> dict[str, Any]:
+    """How the run plays its evaluation games: saved with them (a saved before.json is reused on
+    --resume only if they match) and in the resolved YAML, which evaluate.py --adapter reads back."""
+    return {
+        "model": resolved.model.model_name_or_path,
+        "games": resolved.script.eval_games,
+        "decoding": "greedy",
+        "max_new_tokens": resolved.training.max_completion_length,
+        "seed": resolved.training.seed,
+    }
+
+
+def to_yaml(resolved: Resolved) -> str:
+    return yaml.safe_dump(summary(resolved), sort_keys=False, allow_unicode=True, width=120)

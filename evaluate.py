@@ -29,7 +29,6 @@ from rich.logging import RichHandler
 from transformers import HfArgumentParser
 
 from evaluation.constrain import ReplyBudgetError
-from evaluation.play import CONSTRAIN_CHOICES
 from evaluation.report import (
     console,
     load_log_history,
@@ -44,6 +43,8 @@ from evaluation.report import (
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from training.cli import help_requested, run_cli
 from training.config import CONFIG_FILE, TINY, ConfigError
+from training.modeling import load_for_inference
+from wordle.decoding import CONSTRAIN_CHOICES, Decoding
 
 DEFAULT_SEED = transformers.TrainingArguments.seed  # the trainer's default, so both tables agree
 
@@ -127,12 +128,12 @@ def parse(argv: list[str]) -> EvalArguments:
         raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
     if args.games < 1:
         raise ConfigError(f"--games must be at least 1, got {args.games}")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ConfigError(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
     if args.batch_size < 1:
         raise ConfigError(f"--batch_size must be at least 1, got {args.batch_size}")
-    if args.sample and args.temperature <= 0:
-        raise ConfigError(f"--temperature must be positive when sampling, got {args.temperature}")
+    try:
+        decoding(args)
+    except ValueError as exc:  # its messages name the field: --max_new_tokens, --temperature
+        raise ConfigError(f"--{exc}") from None
     if args.train_log is not None:
         try:
             load_log_history(args.train_log)  # read now, so a bad file fails before any game is played
@@ -155,9 +156,14 @@ def apply_run_config(args: EvalArguments) -> None:
             setattr(args, name, run.get(name, default))
 
 
-def run(args: EvalArguments, out_console: Console) -> list:
-    from training.modeling import load_for_inference
+def decoding(args: EvalArguments) -> Decoding:
+    """The model row's decoding; ``--constrain`` adds a second, constrained row."""
+    return Decoding(
+        max_new_tokens=args.max_new_tokens, sample=args.sample, temperature=args.temperature, seed=args.seed
+    )
 
+
+def run(args: EvalArguments, out_console: Console) -> list:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     model, tokenizer = load_for_inference(args.model, args.adapter, device=args.device)
@@ -168,12 +174,9 @@ def run(args: EvalArguments, out_console: Console) -> list:
             model,
             tokenizer,
             secrets,
-            sample=args.sample,
-            temperature=args.temperature,
-            seed=args.seed,
+            decoding(args),
             constrain=args.constrain,
             batch_size=args.batch_size,
-            max_new_tokens=args.max_new_tokens,
             label=label,
         )
     except ReplyBudgetError as exc:  # known only once the tokenizer is loaded, but before any game
@@ -191,8 +194,8 @@ def run(args: EvalArguments, out_console: Console) -> list:
     if args.out:
         out = Path(args.out)
         settings = asdict(args) | {"secrets": list(secrets)}
-        decoding = f"sampled at temperature {args.temperature}, seed {args.seed}" if args.sample else "greedy"
-        notes = [f"model {args.model}" + (f", adapter {args.adapter}" if args.adapter else "") + f"; {decoding}"]
+        model_note = f"model {args.model}" + (f", adapter {args.adapter}" if args.adapter else "")
+        notes = [f"{model_note}; {decoding(args).describe()}"]
         write_json(out / "eval.json", results, settings)
         (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
         plot_guess_histogram(results, out / "guesses.png")

@@ -253,7 +253,7 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     n_check = script.game_eval_games
     trainer = WordleGRPOTrainer(
         rollout=GameRollout() if game else None,
-        held_out=HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check))
+        held_out=HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check), resolved.decoding)
         if script.game_eval_steps
         else None,
         held_out_steps=script.game_eval_steps,
@@ -299,14 +299,8 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 
 
 def _play(resolved: Resolved, model, tokenizer, label: str) -> PlayerResult:
-    [result] = evaluate_model(
-        model,
-        tokenizer,
-        select_secrets(resolved.script.eval_games),
-        seed=resolved.training.seed,
-        max_new_tokens=resolved.training.max_completion_length,
-        label=label,
-    )
+    secrets = select_secrets(resolved.script.eval_games)
+    [result] = evaluate_model(model, tokenizer, secrets, resolved.decoding, label=label)
     return result
 
 

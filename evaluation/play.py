@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
+from evaluation.constrain import GuessConstraint
 from wordle import Solver, allowed, candidates
+from wordle.decoding import GREEDY, Decoding
 from wordle.game import GameView, format_reply
-
-Constrain = Literal["allowed", "candidates"]
-CONSTRAIN_CHOICES: tuple[str, ...] = ("allowed", "candidates")
-
 
 # --- baselines and scripted players ---------------------------------------------------------------
 
@@ -91,41 +89,28 @@ class ScriptedPlayer:
 
 
 class ModelPlayer:
-    """A causal LM replying to ``render_prompt(history)``, generated and decoded as TRL's GRPO trainer does.
-
-    Greedy by default; ``sample=True`` draws at ``temperature`` with top-k and top-p off (GRPO's
-    sampling), seeded by ``seed`` once per :func:`play`. ``constrain`` ("allowed" or "candidates")
-    masks logits so that the whole reply is ``<think>…</think><guess>WORD</guess>`` with WORD such a
-    word (see :mod:`evaluation.constrain`): that measures something else than the model's own skill
-    and is always reported as a separate row.
-    ``max_new_tokens`` defaults to the model's generation_config, else 256.
+    """A causal LM replying to ``render_prompt(history)``, generated and decoded as TRL's GRPO trainer does,
+    with the reply limit, sampling and constraint of ``decoding`` (greedy by default). A constrained
+    player measures something else than the model's own skill and is always reported as a separate row.
     """
 
     def __init__(
         self,
         model: Any,
         tokenizer: Any,
-        sample: bool = False,
-        temperature: float = 1.0,
-        seed: int = 0,
-        constrain: Constrain | None = None,
+        decoding: Decoding = GREEDY,
         batch_size: int = 64,
-        max_new_tokens: int | None = None,
         name: str | None = None,
     ) -> None:
-        if constrain is not None and constrain not in CONSTRAIN_CHOICES:
-            raise ValueError(f"unknown constrain {constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
-        self.model, self.tokenizer = model, tokenizer
-        self.sample, self.temperature, self.seed = sample, temperature, seed
-        self.constrain, self.batch_size = constrain, batch_size
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        default_limit = getattr(model.generation_config, "max_new_tokens", None) or 256
+        self.decoding = decoding if decoding.max_new_tokens else decoding.replace(max_new_tokens=default_limit)
+        constrain = decoding.constrain
         self.name = name or ("model" if constrain is None else f"model, constrained to {constrain} words")
-        self.max_new_tokens = max_new_tokens or getattr(model.generation_config, "max_new_tokens", None) or 256
         self._constraint = None
         if constrain is not None:
-            from evaluation.constrain import GuessConstraint
-
             self._constraint = GuessConstraint(tokenizer, self._eos_ids())
-            self._constraint.check_budget(self.max_new_tokens)  # before any game, not at the first turn
+            self._constraint.check_budget(self.decoding.max_new_tokens)  # before any game, not at the first turn
 
     def _eos_ids(self) -> list[int]:
         # As TRL: the tokenizer's eos first, then any the model's generation_config adds.
@@ -136,31 +121,19 @@ class ModelPlayer:
         return ids
 
     def generation_config(self) -> GenerationConfig:
-        """TRL's GRPOTrainer generation config (transformers backend), greedy unless sampling.
-
-        ``generate`` fills every field left None from ``model.generation_config`` (Qwen's samples at
-        temperature 0.7, top-p 0.8, top-k 20 and penalises repeats), so each of these is set: greedy gets
-        transformers' neutral values, which it neither uses nor warns about; sampling gets exactly
-        ``temperature`` with top-k and top-p off.
-        """
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens,
-            "do_sample": self.sample,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "bos_token_id": self.tokenizer.bos_token_id,
-            "eos_token_id": self._eos_ids(),
-            "use_cache": True,
-            "repetition_penalty": 1.0,
-        }
-        if self.sample:
-            kwargs.update(temperature=self.temperature, top_p=1.0, top_k=0)
-        else:
-            kwargs.update(temperature=1.0, top_p=1.0, top_k=50)
-        return GenerationConfig(**kwargs, disable_compile=True)
+        """TRL's GRPOTrainer generation config (transformers backend), with ``decoding``'s settings."""
+        return GenerationConfig(
+            pad_token_id=self.tokenizer.pad_token_id,
+            bos_token_id=self.tokenizer.bos_token_id,
+            eos_token_id=self._eos_ids(),
+            use_cache=True,
+            disable_compile=True,
+            **self.decoding.generation_kwargs(),
+        )
 
     def start(self) -> None:
-        if self.sample:
-            torch.manual_seed(self.seed)  # generate() samples from torch's global RNG
+        if self.decoding.sample:
+            torch.manual_seed(self.decoding.seed)  # generate() samples from torch's global RNG
 
     @torch.no_grad()
     def replies(self, views: Sequence[GameView]) -> list[str]:
@@ -185,7 +158,7 @@ class ModelPlayer:
         prompt_len = batch["input_ids"].shape[1]
         processors = LogitsProcessorList()
         if self._constraint is not None:
-            if self.constrain == "allowed":
+            if self.decoding.constrain == "allowed":
                 targets = [None] * len(views)  # None: every allowed word
             else:
                 targets = [tuple(candidates(v.history).words()) for v in views]

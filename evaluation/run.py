@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from evaluation.metrics import compute_metrics
-from evaluation.play import Constrain, ModelPlayer, RandomAllowedPlayer, RandomCandidatePlayer, SolverPlayer
+from evaluation.play import ModelPlayer, RandomAllowedPlayer, RandomCandidatePlayer, SolverPlayer
 from evaluation.report import PlayerResult
 from wordle import eval_secrets, spread
+from wordle.decoding import GREEDY, Constrain, Decoding
 from wordle.game import Player, play
 
 logger = logging.getLogger(__name__)
@@ -56,26 +57,17 @@ def evaluate_model(
     model: Any,
     tokenizer: Any,
     secrets: Sequence[str] | None = None,
+    decoding: Decoding = GREEDY,
     *,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int = 0,
     constrain: Constrain | None = None,
     batch_size: int = 64,
-    max_new_tokens: int | None = None,
     label: str = "model",
 ) -> list[PlayerResult]:
     """The model's own row, then (with ``constrain``) the same model constrained, as a second row."""
     secrets = select_secrets() if secrets is None else tuple(secrets)
-    settings = {
-        "sample": sample,
-        "temperature": temperature,
-        "seed": seed,
-        "batch_size": batch_size,
-        "max_new_tokens": max_new_tokens,
-    }
-    players = [(ModelPlayer(model, tokenizer, **settings, name=label), "model")]
+    players = [(ModelPlayer(model, tokenizer, decoding, batch_size, name=label), "model")]
     if constrain is not None:  # built before any game: it checks that max_new_tokens holds a reply
         name = f"{label} (constrained: {constrain} words)"
-        players.append((ModelPlayer(model, tokenizer, **settings, constrain=constrain, name=name), "constrained"))
-    return [evaluate_player(player, secrets, kind, seed=seed) for player, kind in players]
+        constrained = decoding.replace(constrain=constrain)
+        players.append((ModelPlayer(model, tokenizer, constrained, batch_size, name=name), "constrained"))
+    return [evaluate_player(player, secrets, kind, seed=decoding.seed) for player, kind in players]

@@ -21,6 +21,7 @@ from training.config import TINY, resolve
 from training.modeling import load_for_inference
 from wordle import allowed, candidates
 from wordle.completion import guess_regex
+from wordle.decoding import Decoding
 
 SECRETS = select_secrets(3)
 
@@ -155,10 +156,10 @@ def test_a_budget_below_the_longest_reply_is_an_error(request, constraint_of, mo
 )
 def test_every_constrained_reply_parses_as_a_listed_word_on_random_weights(request, model, constrain, sample, budgets):
     model_, tokenizer = request.getfixturevalue(model)
-    player = ModelPlayer(model_, tokenizer, sample=sample, seed=1, constrain=constrain)
+    player = ModelPlayer(model_, tokenizer, Decoding(sample=sample, seed=1, constrain=constrain))
     every_word = re.compile(guess_regex())
     for budget in budgets:
-        player.max_new_tokens = budget  # one player: its per-tokenizer precompute is the slow part
+        player.decoding = player.decoding.replace(max_new_tokens=budget)  # one player: its precompute is slow
         thinks = []
         for game in play(player, SECRETS):
             history = ()
@@ -211,7 +212,7 @@ def _generation_warnings(caplog, model, tokenizer, config) -> list[str]:
 def test_the_model_generation_config_neither_changes_decoding_nor_warns(qwen, caplog, recwarn, sample, effective):
     model, tokenizer = qwen
     assert model.generation_config.do_sample and model.generation_config.top_k == 20  # Qwen's sampling defaults
-    player = ModelPlayer(model, tokenizer, sample=sample, temperature=0.9, max_new_tokens=4)
+    player = ModelPlayer(model, tokenizer, Decoding(max_new_tokens=4, sample=sample, temperature=0.9))
     # What generate() runs with once it has filled the fields left None from model.generation_config.
     merged, _ = model._prepare_generation_config(player.generation_config())
     assert {key: getattr(merged, key) for key in effective} == effective

@@ -16,6 +16,7 @@ from huggingface_hub import constants as hub_constants
 import evaluate as evaluate_cli
 import evaluation.run
 import grpo_train
+import tinymodel
 from training import device as devices
 from training import modeling
 
@@ -49,6 +50,7 @@ TRAIN_CASES = [
     ("out of range: generations", ["--num_generations", "1"], "--num_generations must be at least 2", None),
     ("missing model path", ["--model", "{tmp}/models/nope"], "does not exist", None),
     ("model dir without weights", ["--model", "{tmp}/half-downloaded"], "has a config.json but no weights", "weights"),
+    ("embedded model missing", ["--model", "tiny"], "rebuild it with `python -m tinymodel`", "notiny"),
     ("not a hub id", ["--model", "bad id!"], "neither a local directory nor a valid hub id", None),
     ("hub unreachable", ["--model", "Qwen/Qwen2.5-3B-Instrct"], "the Hugging Face hub is unreachable", "hub"),
     ("4-bit without bitsandbytes", ["--load_in_4bit", "true"], "pip install bitsandbytes, or pass --no-4bit", "nobnb"),
@@ -68,6 +70,8 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
     elif kind == "hub":  # a real connection refused, on loopback: the path a user without network takes
         monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")
         monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    elif kind == "notiny":  # a partial checkout: loading names the build, never starts one
+        monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp / "tinymodel" / "model")
     elif kind == "nobnb":
         real = modeling.importlib.util.find_spec
         monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))

@@ -32,6 +32,7 @@ from rewards import REWARD_FUNCS, TURN_REWARDS
 from tinymodel.build import build
 from training.config import resolve
 from wordle import eval_secrets, normalize_word, parse_completion, score_guess
+from wordle.decoding import Decoding
 
 SECRETS = select_secrets(40)
 
@@ -293,7 +294,7 @@ def test_cli_writes_json_markdown_and_plots(tmp_path, tiny_ci, capsys):
 def test_real_evaluation_of_a_tiny_model_is_consistent_with_its_transcripts(tiny_loaded):
     model, tokenizer = tiny_loaded
     secrets = select_secrets(10)
-    [result] = evaluate_model(model, tokenizer, secrets, max_new_tokens=24)
+    [result] = evaluate_model(model, tokenizer, secrets, Decoding(max_new_tokens=24))
     m, games = result.metrics, result.games
     assert [g.secret for g in games] == list(secrets) and m["games"] == 10
     turns = [t for g in games for t in g.turns]
@@ -308,13 +309,16 @@ def test_real_evaluation_of_a_tiny_model_is_consistent_with_its_transcripts(tiny
     assert m["rewards"]["format_reward"]["n"] == len(turns)
     json.dumps(result.to_dict())  # the JSON report holds it as is
     # Greedy play is deterministic: the same games again.
-    [again] = evaluate_model(model, tokenizer, secrets, max_new_tokens=24)
+    [again] = evaluate_model(model, tokenizer, secrets, Decoding(max_new_tokens=24))
     assert [g.to_dict() for g in again.games] == [g.to_dict() for g in games]
 
 
 def test_sampling_is_seeded(tiny_loaded):
     model, tokenizer = tiny_loaded
-    runs = [play(ModelPlayer(model, tokenizer, sample=True, seed=s, max_new_tokens=24), SECRETS[:4]) for s in (3, 3, 4)]
+    runs = [
+        play(ModelPlayer(model, tokenizer, Decoding(max_new_tokens=24, sample=True, seed=s)), SECRETS[:4])
+        for s in (3, 3, 4)
+    ]
     dicts = [[g.to_dict() for g in games] for games in runs]
     assert dicts[0] == dicts[1] and dicts[0] != dicts[2]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 
 MODEL_DIR = Path(__file__).resolve().parent / "model"
-BUILD_COMMAND = f"python -m tinymodel --out {MODEL_DIR}"
+BUILD_COMMAND = "python -m tinymodel"  # writes MODEL_DIR by default
 # The files that make a loadable model directory.
 MODEL_FILES = (
     "config.json",
@@ -54,8 +54,9 @@ def model_dir() -> Path:
     build takes about 21 minutes, too long to start silently inside model loading."""
     missing = [name for name in MODEL_FILES if not (MODEL_DIR / name).is_file()]
     if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise MissingModelError(
-            f"the embedded model is missing {', '.join(missing)} in {MODEL_DIR}: restore the directory "
-            f"from the repository, or rebuild it with `{BUILD_COMMAND}` (about 21 minutes on one core)"
+            f"the embedded model in {MODEL_DIR} is missing {missing[0]}{more}: rebuild it with "
+            f"`{BUILD_COMMAND}` (21 minutes on one core) or restore the directory from the repository"
         )
     return MODEL_DIR

@@ -3,7 +3,7 @@
 The bag is a softmax regression for the guessed answer whose logits are the mean, over the prompt's
 tokens, of one learned row per token. With column-tagged marks every Wordle constraint is one such
 row, so it composes any number of feedback lines; a transformer trained from scratch did not learn
-that at this compute (README of the model, tries). ``benchmarks/probe_guess_bag.py`` measures both.
+that at this compute (docs/embedded-model.md, tries). ``benchmarks/probe_guess_bag.py`` measures both.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def fit_guess_bag(
     With column-tagged marks every Wordle constraint is one such row (an absent S lowers every word
     with an S; a green R in column 2 raises every word with R there), so the bag composes any number
     of feedback lines, which a transformer trained from scratch did not learn to do at this compute
-    (README, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
+    (docs/embedded-model.md, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
     """
     generator = torch.Generator().manual_seed(seed)
     states = guess_states(encoded)

@@ -29,7 +29,7 @@ class SoftTargetTrainer(Trainer):
     """Cross-entropy on the reply's tokens, except that the guessed answer is scored against the
     uniform distribution over *all* candidate answers of the state rather than the one sampled:
     every row then teaches the whole set of words that fit (no previous guess among them), where a
-    sampled target teaches one, noisily. Measured: see the README's table of tries."""
+    sampled target teaches one, noisily. Measured: docs/embedded-model.md, the table of tries."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         word_pos, cands, labels = inputs.pop("word_pos"), inputs.pop("candidates"), inputs.pop("labels")

@@ -27,6 +27,7 @@ from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
 from training import device as devices
 from training.rollout import SLOTS
 from wordle.completion import guess_regex
+from wordle.decoding import Decoding
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +160,11 @@ class Resolved:
     @property
     def quantized(self) -> bool:
         return bool(self.model.load_in_4bit or self.model.load_in_8bit)
+
+    @property
+    def decoding(self) -> Decoding:
+        """How the run's evaluation and held-out check play: greedy, with the training reply limit."""
+        return Decoding(max_new_tokens=self.training.max_completion_length, seed=self.training.seed)
 
     @property
     def weights(self) -> dict[str, float]:

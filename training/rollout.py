@@ -15,8 +15,8 @@ A game that ended before a slot fills it with a placeholder (prompt and completi
 loss mask 0) whose rewards are all None: TRL leaves it out of its group's mean and std, gives it
 advantage 0, and it adds no loss token. So turn t's advantage is its total (its own shaping plus
 its game's return) against the mean over the games still alive at turn t: a per-slot baseline
-that knows how far the game got. Rewards are scaled by the batch's std (``scale_rewards: batch``
-in the profiles), not the group's: a late slot with two live games would otherwise turn any
+that knows how far the game got. Scale rewards by the batch's std (``--scale_rewards batch``, as
+the README says), not the group's: a late slot with two live games would otherwise turn any
 difference into +-0.71.
 
 The trainer's sampler repeats each start state ``SLOTS x num_generations`` times, so the rows of a
@@ -37,6 +37,7 @@ from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
 from wordle import MAX_GUESSES, row_history, row_secret
+from wordle.decoding import Decoding
 from wordle.game import Game, GameView, count, play
 
 SLOTS = MAX_GUESSES  # one sample slot per possible turn; training.config sizes the batch for it
@@ -46,21 +47,21 @@ class PolicyPlayer:
     """A ``wordle.game`` player that generates with the trainer's policy and keeps each turn's tokens.
 
     Sampled exactly as TRL samples (its tokenizer call, its generation config, its model
-    unwrapping; vLLM when the trainer uses it), or greedy for the held-out check. ``records``
+    unwrapping; vLLM when the trainer uses it), or with ``decoding``'s settings (the held-out check). ``records``
     maps ``(game index, turn)`` to ``(prompt_ids, completion_ids, logprobs)``: the sampling
     log-probabilities of the chosen tokens (vLLM's own when it generates).
     """
 
     name = "policy"
 
-    def __init__(self, trainer: Any, greedy: bool = False) -> None:
-        self.trainer, self.greedy = trainer, greedy
+    def __init__(self, trainer: Any, decoding: Decoding | None = None) -> None:
+        self.trainer, self.decoding = trainer, decoding
         self.records: dict[tuple[int, int], tuple[list[int], list[int], list[float]]] = {}
 
     def replies(self, views: Sequence[GameView]) -> list[str]:
         trainer = self.trainer
         prompt_ids = trainer._tokenize_prompts([v.prompt for v in views])[0]
-        if trainer.use_vllm and not self.greedy:
+        if trainer.use_vllm and self.decoding is None:
             completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, 1)
         else:
             completion_ids, logprobs = self._generate(prompt_ids)
@@ -70,8 +71,8 @@ class PolicyPlayer:
 
     def _config(self) -> GenerationConfig:
         config = GenerationConfig.from_dict(self.trainer.generation_config.to_dict())
-        if self.greedy:  # transformers' neutral values: greedy neither uses nor warns about them
-            config.update(do_sample=False, temperature=1.0, top_p=1.0, top_k=50, min_p=None)
+        if self.decoding is not None:
+            config.update(**self.decoding.generation_kwargs())
         config.update(output_scores=True, return_dict_in_generate=True)
         return config
 
@@ -210,11 +211,11 @@ class HeldOutCheck:
     secrets, so that the train/held-out gap (a prior over which words are secrets, not skill)
     shows next to the held-out win rate."""
 
-    def __init__(self, held_out: Sequence[str], train: Sequence[str]) -> None:
-        self.held_out, self.train = list(held_out), list(train)
+    def __init__(self, held_out: Sequence[str], train: Sequence[str], decoding: Decoding) -> None:
+        self.held_out, self.train, self.decoding = list(held_out), list(train), decoding
 
     def __call__(self, trainer: Any) -> dict[str, float]:
-        player = PolicyPlayer(trainer, greedy=True)
+        player = PolicyPlayer(trainer, self.decoding)
         was_training = trainer.model.training
         trainer.model.eval()
         try:

@@ -112,12 +112,13 @@ def _rollout_summary(script: ScriptArguments, samples: int, generations: int) ->
 def eval_settings(resolved: Resolved) -> dict[str, Any]:
     """How the run plays its evaluation games: saved with them (a saved before.json is reused on
     --resume only if they match) and in the resolved YAML, which evaluate.py --adapter reads back."""
+    decoding = resolved.decoding
     return {
         "model": resolved.model.model_name_or_path,
         "games": resolved.script.eval_games,
-        "decoding": "greedy",
-        "max_new_tokens": resolved.training.max_completion_length,
-        "seed": resolved.training.seed,
+        "decoding": decoding.describe(),
+        "max_new_tokens": decoding.max_new_tokens,
+        "seed": decoding.seed,
     }
 
 

@@ -1,6 +1,6 @@
 """Full-game evaluation: a player plays whole games of Wordle on held-out secrets, turn by turn.
 
-- ``play.py``     the players (a model, the solver, random baselines, scripted ones) of ``wordle.game``'s loop
+- ``play.py``     the players (a model, the solver, random baselines) of ``wordle.game``'s loop
 - ``constrain.py`` constrained decoding: a logits processor for ``generate`` and a regex for vLLM
 - ``metrics.py``  win rate, guesses, invalid/inconsistent/repeat rates and reward means, with 95% CIs
 - ``report.py``   JSON, Markdown, PNG plots, emoji replays and a rich table
@@ -12,24 +12,20 @@ decide it; the reward means are the reward functions themselves, called on each 
 
 from evaluation.metrics import compute_metrics, mean_ci, wilson
 from evaluation.play import (
-    ConstantPlayer,
     ModelPlayer,
     RandomAllowedPlayer,
     RandomCandidatePlayer,
-    ScriptedPlayer,
     SolverPlayer,
 )
 from wordle.game import Game, GameView, Player, Turn, classify_reply, play
 
 __all__ = [
-    "ConstantPlayer",
     "Game",
     "GameView",
     "ModelPlayer",
     "Player",
     "RandomAllowedPlayer",
     "RandomCandidatePlayer",
-    "ScriptedPlayer",
     "SolverPlayer",
     "Turn",
     "classify_reply",

@@ -1,4 +1,4 @@
-"""The players of ``wordle.game.play``: a model, the solver, random baselines, scripted ones.
+"""The players of ``wordle.game.play``: a model, the solver and the random baselines.
 
 The game loop itself (turns, reply classification, the views a player sees) is ``wordle.game``,
 the same loop the training rollout drives.
@@ -18,7 +18,7 @@ from wordle import Solver, allowed, candidates
 from wordle.decoding import GREEDY, Decoding
 from wordle.game import GameView, format_reply
 
-# --- baselines and scripted players ---------------------------------------------------------------
+# --- baselines ------------------------------------------------------------------------------------
 
 
 class SolverPlayer:
@@ -61,28 +61,6 @@ class RandomAllowedPlayer(_SeededPlayer):
     def replies(self, views: Sequence[GameView]) -> list[str]:
         words = allowed()
         return [format_reply(self.rng.choice(words), "random word") for v in views]
-
-
-class ConstantPlayer:
-    """Always the same word (CRANE by default): wins only when the secret is that word."""
-
-    def __init__(self, word: str = "CRANE") -> None:
-        self.word = word
-        self.name = f"always {word}"
-
-    def replies(self, views: Sequence[GameView]) -> list[str]:
-        return [format_reply(self.word) for _ in views]
-
-
-class ScriptedPlayer:
-    """Replies from a list, by turn (the last one repeats): for tests of broken or odd replies."""
-
-    def __init__(self, replies_by_turn: Sequence[str], name: str = "scripted") -> None:
-        self.script = list(replies_by_turn)
-        self.name = name
-
-    def replies(self, views: Sequence[GameView]) -> list[str]:
-        return [self.script[min(v.turn, len(self.script)) - 1] for v in views]
 
 
 # --- the model ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ the CLI's errors, and a real evaluation of a throwaway tiny model (constrained d
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -11,12 +12,10 @@ import torch
 import evaluate as evaluate_cli
 import grpo_train
 from evaluation import (
-    ConstantPlayer,
     Game,
     ModelPlayer,
     RandomAllowedPlayer,
     RandomCandidatePlayer,
-    ScriptedPlayer,
     SolverPlayer,
     Turn,
     classify_reply,
@@ -33,6 +32,7 @@ from tinymodel.build import build
 from training.config import resolve
 from wordle import eval_secrets, normalize_word, parse_completion, score_guess
 from wordle.decoding import Decoding
+from wordle.game import GameView, format_reply
 
 SECRETS = select_secrets(40)
 
@@ -52,6 +52,31 @@ def tiny_loaded(tiny_ci):
 
 
 # --- the engine ------------------------------------------------------------------------------------
+
+
+# Players for tests of the loop itself, not for evaluation.
+
+
+class ConstantPlayer:
+    """Always the same word (CRANE by default): wins only when the secret is that word."""
+
+    def __init__(self, word: str = "CRANE") -> None:
+        self.word = word
+        self.name = f"always {word}"
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        return [format_reply(self.word) for _ in views]
+
+
+class ScriptedPlayer:
+    """Replies from a list, by turn (the last one repeats): for tests of broken or odd replies."""
+
+    def __init__(self, replies_by_turn: Sequence[str], name: str = "scripted") -> None:
+        self.script = list(replies_by_turn)
+        self.name = name
+
+    def replies(self, views: Sequence[GameView]) -> list[str]:
+        return [self.script[min(v.turn, len(self.script)) - 1] for v in views]
 
 
 @pytest.mark.parametrize(

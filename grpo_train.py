@@ -211,60 +211,82 @@ def merge(resolved: Resolved, run: Plan) -> None:
 
 
 def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | None:
-    """The run: model, data, the evaluation before, GRPO, saving, the evaluation after.
+    """The run, in order: model, data, the evaluation before, GRPO, saving, the evaluation after.
 
     None when ``output_dir`` already holds the finished run (then only ``--merge`` has work to do).
     """
-    script, args = resolved.script, resolved.training
     run = run or plan(resolved)
     if run.done:
-        logger.info("the run in %s is complete (max_steps %d): nothing to train", run.out, args.max_steps)
-        if script.merge:
+        logger.info("the run in %s is complete (max_steps %d): nothing to train", run.out, resolved.training.max_steps)
+        if resolved.script.merge:
             merge(resolved, run)
         return None
-    out, checkpoint = run.out, run.checkpoint
-    if checkpoint is not None:
-        logger.info("resuming from %s", checkpoint)
+    prepare(resolved, run)
+    tokenizer, model = load_tokenizer(run.source, resolved), load_model(run.source, resolved)
+    train_dataset = dataset(resolved, run, model, tokenizer)
+    # Full games on held-out secrets before training, to compare with after (reused on --resume).
+    skip = resolved.script.skip_eval
+    before = None if skip else evaluate_start(resolved, model, tokenizer, run.out, resuming=bool(run.checkpoint))
+    trainer = make_trainer(resolved, model, tokenizer, train_dataset)
+    fit(resolved, trainer, run.checkpoint)
+    save(resolved, run, trainer, tokenizer)
+    results = None if before is None else evaluate_end(resolved, trainer, tokenizer, run.out, before)
+    write_model_card(
+        run.out,
+        base_model=resolved.model.model_name_or_path,
+        profile=resolved.script.profile,
+        command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
+        rewards=resolved.weights,
+        steps=trainer.state.global_step,
+        eval_markdown_table=None if results is None else markdown_table(results),
+    )
+    return trainer
+
+
+def prepare(resolved: Resolved, run: Plan) -> None:
+    if run.checkpoint is not None:
+        logger.info("resuming from %s", run.checkpoint)
     offline_wandb_unless_logged_in(resolved)
-    if script.torch_threads:
-        torch.set_num_threads(script.torch_threads)
+    if resolved.script.torch_threads:
+        torch.set_num_threads(resolved.script.torch_threads)
 
-    # Model and tokenizer: the embedded default, a local directory or a hub id, one code path.
-    tokenizer = load_tokenizer(run.source, resolved)
-    model = load_model(run.source, resolved)
 
-    # Data: game states rendered by wordle/, prompts that fit the model's context.
+def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset:
+    """Game states rendered by wordle/, with prompts that fit the model's context beside a reply."""
+    script, args = resolved.script, resolved.training
     budget = script.max_prompt_length or model.config.max_position_embeddings - args.max_completion_length
-    train_dataset = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
-    if len(train_dataset) == 0:
+    rows = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
+    if len(rows) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
-    game = script.rollout == "game"
     starts = args.generation_batch_size // (args.num_generations * SLOTS)
-    if game and len(train_dataset) < starts:
+    if script.rollout == "game" and len(rows) < starts:
         raise ConfigError(
-            f"a game step plays {starts} start states, and the dataset has {len(train_dataset)}: add rows, or lower "
+            f"a game step plays {starts} start states, and the dataset has {len(rows)}: add rows, or lower "
             "--per_device_train_batch_size or --gradient_accumulation_steps"
         )
+    return rows
 
-    # Full games on held-out secrets before training, to compare with after (reused on --resume).
-    before = None if script.skip_eval else evaluate_start(resolved, model, tokenizer, out, resuming=bool(checkpoint))
 
-    callbacks = [MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []
+def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
+    script = resolved.script
     n_check = script.game_eval_games
-    trainer = WordleGRPOTrainer(
-        rollout=GameRollout() if game else None,
-        held_out=HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check), resolved.decoding)
-        if script.game_eval_steps
-        else None,
+    held_out = HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check), resolved.decoding)
+    return WordleGRPOTrainer(
+        rollout=GameRollout() if script.rollout == "game" else None,
+        held_out=held_out if script.game_eval_steps else None,
         held_out_steps=script.game_eval_steps,
         model=model,
         reward_funcs=get_reward_funcs(script.rewards),
-        args=args,
+        args=resolved.training,
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(resolved.model),
-        callbacks=callbacks,
+        callbacks=[MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else [],
     )
+
+
+def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None) -> None:
+    """GRPO, resumed from ``checkpoint`` if given; running out of memory is one line that says what to lower."""
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except torch.OutOfMemoryError:
@@ -274,25 +296,17 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
             raise
         raise ConfigError(_oom_message(resolved)) from None
 
-    # Save: the adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config.
+
+def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -> None:
+    """The adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config."""
+    out = run.out
     trainer.save_model(str(out))
     make_adapter_config_portable(out, resolved.model.model_name_or_path)
     tokenizer.save_pretrained(str(out))
     (out / CONFIG_FILE).write_text(to_yaml(resolved))
     logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
-    if script.merge:
+    if resolved.script.merge:
         merge(resolved, run)
-    results = None if before is None else evaluate_end(resolved, trainer, tokenizer, out, before)
-    write_model_card(
-        out,
-        base_model=resolved.model.model_name_or_path,
-        profile=script.profile,
-        command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
-        rewards=resolved.weights,
-        steps=trainer.state.global_step,
-        eval_markdown_table=None if results is None else markdown_table(results),
-    )
-    return trainer
 
 
 # --- full-game evaluation before and after training ------------------------------------------------

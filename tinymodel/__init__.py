@@ -45,10 +45,6 @@ class MissingModelError(FileNotFoundError):
     """The shipped model's files are not there (a partial checkout, or files deleted)."""
 
 
-def is_model_dir(path: Path) -> bool:
-    return all((path / name).is_file() for name in MODEL_FILES)
-
-
 def model_dir() -> Path:
     """The shipped model's directory. Raises :class:`MissingModelError` when a file is missing: a
     build takes about 21 minutes, too long to start silently inside model loading."""

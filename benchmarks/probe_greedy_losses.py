@@ -1,0 +1,105 @@
+"""Where does the embedded model's greedy play lose? Ban one kind of bad guess and replay the games.
+
+    python benchmarks/probe_greedy_losses.py                        # the shipped model, 300 held-out games
+    python benchmarks/probe_greedy_losses.py --adapter outputs/cpu  # the same for a trained adapter
+
+The embedded model guesses an answer as one token right after ``<guess>`` (tinymodel.tokenizer), so
+a guess can be banned by masking that token's logit. Three rows, the same games and decoding as
+``evaluate.py`` otherwise (greedy, the model's reply limit):
+
+- ``model``: nothing banned (the evaluation's own row);
+- ``no repeats``: the words already guessed in this game are banned;
+- ``no inconsistent``: every answer that contradicts the feedback so far is banned.
+
+The gap between the rows says what a policy would win by learning each. Nothing here asserts: it
+prints figures. Embedded model only (a hub model spells a word over several tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evaluation.metrics import compute_metrics
+from evaluation.play import ModelPlayer
+from evaluation.run import select_secrets
+from tinymodel.tokenizer import WORDS
+from training.modeling import load_for_inference
+from wordle import candidates
+from wordle.game import GameView, play
+
+
+class _BanAfterGuessTag(LogitsProcessor):
+    """Sets the banned token ids of each row to -inf at the step right after its ``<guess>`` token."""
+
+    def __init__(self, guess_tag: int, banned: Sequence[list[int]]) -> None:
+        self.guess_tag, self.banned = guess_tag, banned
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for row, ids in enumerate(self.banned):
+            if ids and int(input_ids[row, -1]) == self.guess_tag:
+                scores[row, ids] = -float("inf")
+        return scores
+
+
+class BanningPlayer(ModelPlayer):
+    """The evaluation's model player, with ``ban(view)`` words masked at the answer token."""
+
+    def __init__(self, model, tokenizer, ban, name: str) -> None:
+        super().__init__(model, tokenizer, name=name)
+        self.ban = ban
+        self.word_id = dict(zip(WORDS, tokenizer.convert_tokens_to_ids(list(WORDS)), strict=True))
+        self.guess_tag = tokenizer.convert_tokens_to_ids("<guess>")
+
+    def _generate(self, views: Sequence[GameView], config) -> list[str]:
+        texts = self.tokenizer.apply_chat_template(
+            [v.prompt for v in views], add_generation_prompt=True, tokenize=False
+        )
+        batch = self.tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+        banned = [[self.word_id[w] for w in self.ban(v) if w in self.word_id] for v in views]
+        processors = LogitsProcessorList([_BanAfterGuessTag(self.guess_tag, banned)])
+        output = self.model.generate(**batch, generation_config=config, logits_processor=processors)
+        return self.tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def _repeats(view: GameView) -> set[str]:
+    return {guess for guess, _ in view.history}
+
+
+def _inconsistent(view: GameView) -> set[str]:
+    return set(WORDS) - set(candidates(view.history).words()) if view.history else set()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--adapter", default=None)
+    parser.add_argument("--games", type=int, default=300)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
+    players = [
+        BanningPlayer(model, tokenizer, lambda view: set(), "model"),
+        BanningPlayer(model, tokenizer, _repeats, "no repeats"),
+        BanningPlayer(model, tokenizer, _inconsistent, "no inconsistent"),
+    ]
+    print(f"{args.games} held-out games, greedy; {args.model}" + (f" + {args.adapter}" if args.adapter else ""))
+    for player in players:
+        m = compute_metrics(play(player, select_secrets(args.games)))
+        win, lo, hi = (m["win_rate"][k] for k in ("rate", "low", "high"))
+        print(
+            f"  {player.name:16s} wins {win:6.1%} [{lo:.1%}-{hi:.1%}]  inconsistent {m['inconsistent_rate']['rate']:6.1%}"
+            f"  repeats {m['repeat_rate']['rate']:6.1%}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

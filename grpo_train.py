@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from trl import get_peft_config
 
+from evaluation.metrics import compute_metrics
 from evaluation.report import (
     PlayerResult,
     console,
@@ -50,6 +51,7 @@ from evaluation.report import (
 )
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
+from training import distributed
 from training.card import make_adapter_config_portable, write_model_card
 from training.cli import help_requested, run_cli
 from training.config import (
@@ -112,6 +114,16 @@ def plan(resolved: Resolved) -> Plan:
     return Plan(source, out, checkpoint, rows, done)
 
 
+def check_not_in_use(out: Path) -> None:
+    """A second live run into the same directory would interleave checkpoints and files with the first."""
+    pid = distributed.OutputLock(out).holder()
+    if pid is not None:
+        who = f"pid {pid}" if pid > 0 else "another process"
+        raise ConfigError(
+            f"{out} is in use by a live run ({who}): wait for it or stop it, or choose another --output_dir"
+        )
+
+
 def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
     """The newest checkpoint that was completely written, and its step.
 
@@ -137,6 +149,7 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     """
     script, max_steps = resolved.script, resolved.training.max_steps
     out = Path(resolved.training.output_dir)
+    check_not_in_use(out)
     newest = newest_checkpoint(out) if out.is_dir() else None
     finished = (out / CONFIG_FILE).is_file() and (out / "adapter_config.json").is_file()
     if finished:
@@ -184,8 +197,9 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
         rows = load_rows(path)  # written by this run: a failure here is a bug, not bad input
         logger.info("reloaded the run's %d game states from %s", len(rows), path)
     else:
-        rows = build_rows(script.train_rows, seed=seed, explore=script.explore, progress=True)
-        save_rows(rows, path)
+        rows = build_rows(script.train_rows, seed=seed, explore=script.explore, progress=distributed.is_main())
+        if distributed.is_main():
+            save_rows(rows, path)
         logger.info("built %d game states (seed %d) and saved them to %s", len(rows), seed, path)
     leaked = held_out_rows(rows)
     if leaked:
@@ -215,12 +229,23 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 
     None when ``output_dir`` already holds the finished run (then only ``--merge`` has work to do).
     """
+    distributed.setup(resolved.training)
     run = run or plan(resolved)
     if run.done:
         logger.info("the run in %s is complete (max_steps %d): nothing to train", run.out, resolved.training.max_steps)
         if resolved.script.merge:
             merge(resolved, run)
         return None
+    lock = distributed.OutputLock(run.out)
+    if distributed.is_main() and not lock.acquire():
+        check_not_in_use(run.out)  # raises, naming the run that took it since plan()
+    try:
+        return _train(resolved, run)
+    finally:
+        lock.release()
+
+
+def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     prepare(resolved, run)
     tokenizer, model = load_tokenizer(run.source, resolved), load_model(run.source, resolved)
     train_dataset = dataset(resolved, run, model, tokenizer)
@@ -231,6 +256,8 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     fit(resolved, trainer, run.checkpoint)
     save(resolved, run, trainer, tokenizer)
     results = None if before is None else evaluate_end(resolved, trainer, tokenizer, run.out, before)
+    if not distributed.is_main():
+        return trainer
     write_model_card(
         run.out,
         base_model=resolved.model.model_name_or_path,
@@ -246,6 +273,9 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 def prepare(resolved: Resolved, run: Plan) -> None:
     if run.checkpoint is not None:
         logger.info("resuming from %s", run.checkpoint)
+        warning = distributed.resume_warning(run.checkpoint, resolved.training)
+        if warning:
+            logger.warning(warning)
     offline_wandb_unless_logged_in(resolved)
     if resolved.script.torch_threads:
         torch.set_num_threads(resolved.script.torch_threads)
@@ -281,7 +311,10 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(resolved.model),
-        callbacks=[MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else [],
+        callbacks=[
+            distributed.RecordProcesses(),
+            *([MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []),
+        ],
     )
 
 
@@ -300,22 +333,28 @@ def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None)
 def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -> None:
     """The adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config."""
     out = run.out
-    trainer.save_model(str(out))
-    make_adapter_config_portable(out, resolved.model.model_name_or_path)
-    tokenizer.save_pretrained(str(out))
-    (out / CONFIG_FILE).write_text(to_yaml(resolved))
-    logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
-    if resolved.script.merge:
-        merge(resolved, run)
+    trainer.save_model(str(out))  # the main process writes, the others wait
+    if distributed.is_main():
+        make_adapter_config_portable(out, resolved.model.model_name_or_path)
+        tokenizer.save_pretrained(str(out))
+        (out / CONFIG_FILE).write_text(to_yaml(resolved))
+        logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
+        if resolved.script.merge:  # one full unquantized model, loaded once, after the adapter is complete
+            merge(resolved, run)
+    distributed.barrier()
 
 
 # --- full-game evaluation before and after training ------------------------------------------------
 
 
 def _play(resolved: Resolved, model, tokenizer, label: str) -> PlayerResult:
+    """The model's games on the held-out secrets; each process plays its share, and every one gets all games."""
     secrets = select_secrets(resolved.script.eval_games)
-    [result] = evaluate_model(model, tokenizer, secrets, resolved.decoding, label=label)
-    return result
+    [mine] = evaluate_model(model, tokenizer, distributed.shard(secrets), resolved.decoding, label=label)
+    games = distributed.unshard(mine.games)
+    if len(games) == len(mine.games):
+        return mine
+    return PlayerResult(label, mine.kind, compute_metrics(games, seed=resolved.training.seed), games)
 
 
 def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bool) -> list[PlayerResult]:
@@ -331,8 +370,11 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
         logger.warning("%s was made with other settings (%s); evaluating again", path, settings)
     if not resolved.quantized:  # quantized weights were placed on their device as they loaded
         model.to(resolved.training.device)  # where the Trainer would move it anyway
+    before = _play(resolved, model, tokenizer, "before")
+    if not distributed.is_main():
+        return [before]
     secrets = select_secrets(resolved.script.eval_games)
-    results = [_play(resolved, model, tokenizer, "before"), *evaluate_baselines(secrets, seed=resolved.training.seed)]
+    results = [before, *evaluate_baselines(secrets, seed=resolved.training.seed)]
     write_json(path, results, eval_settings(resolved))
     return results
 
@@ -341,6 +383,8 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     """The trained model's games, the before/after table, and the files under ``eval/``."""
     directory = out / EVAL_DIR
     after = _play(resolved, trainer.model, tokenizer, "after")
+    if not distributed.is_main():
+        return [before[0], after]
     write_json(directory / "after.json", [after], eval_settings(resolved))
     results = [before[0], after, *before[1:]]
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
@@ -379,6 +423,7 @@ def _main(argv: list[str]) -> None:
     if resolved.script.dry_run:
         print(to_yaml(resolved), end="")
         return
+    distributed.setup(resolved.training)  # several processes: only the main one logs INFO and writes
     run = plan(resolved)  # every input checked before anything slow runs or anything is written
     logger.info("resolved configuration:\n%s", to_yaml(resolved))
     train(resolved, run)

@@ -11,6 +11,7 @@ import yaml
 
 import grpo_train
 from rewards import DEFAULT_WEIGHTS, GAME_WEIGHTS
+from training import arguments
 from training import config as config_mod
 from training import device as devices
 from training.config import ConfigError, ScriptArguments, available_profiles, resolve
@@ -190,7 +191,7 @@ def test_unknown_key_in_config_file(tmp_path, capsys):
 
 def test_unknown_key_in_a_profile(monkeypatch, tmp_path, capsys):
     (tmp_path / "odd.yaml").write_text("device: cpu\nbatch_size: 4\n")
-    monkeypatch.setattr(config_mod, "PROFILES_DIR", tmp_path)
+    monkeypatch.setattr(arguments, "PROFILES_DIR", tmp_path)
     err = error_of(capsys, "--profile", "odd")
     assert "batch_size" in err and "odd.yaml" in err
 

@@ -36,6 +36,7 @@ from transformers import GenerationConfig
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
+from training import distributed
 from wordle import MAX_GUESSES, row_history, row_secret
 from wordle.decoding import Decoding
 from wordle.game import Game, GameView, count, play
@@ -218,9 +219,9 @@ class HeldOutCheck:
         player = PolicyPlayer(trainer, self.decoding)
         was_training = trainer.model.training
         trainer.model.eval()
-        try:
-            held_out = play(player, self.held_out)
-            train = play(player, self.train)
+        try:  # each process plays its share of the secrets
+            held_out = distributed.unshard(play(player, distributed.shard(self.held_out)))
+            train = distributed.unshard(play(player, distributed.shard(self.train)))
         finally:
             trainer.model.train(was_training)
         rates = game_rates(held_out, prefix="heldout")

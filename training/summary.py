@@ -25,7 +25,7 @@ def precision(training: GRPOConfig) -> str:
 def summary(resolved: Resolved) -> dict[str, Any]:
     """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
     s, t, m = resolved.script, resolved.training, resolved.model
-    world = max(t.world_size, 1)
+    world = processes(resolved)
     completions = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
     quant: Any = "none"
     if m.load_in_4bit:
@@ -67,7 +67,8 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "num_generations": t.num_generations,
             "effective_completions_per_step": completions,
             "effective_prompts_per_step": completions // t.num_generations,
-            "generation_batch_size": t.generation_batch_size,
+            # TRL's default counts every process; a preview scales this process's figure
+            "generation_batch_size": t.generation_batch_size * world // max(t.world_size, 1),
             "steps_per_generation": t.steps_per_generation,
         },
         "rollout": _rollout_summary(s, completions, t.num_generations),
@@ -87,6 +88,12 @@ def summary(resolved: Resolved) -> dict[str, Any]:
         "notes": resolved.notes,
         **resolved.changed,
     }
+
+
+def processes(resolved: Resolved) -> int:
+    """How many processes the run has (torchrun or accelerate launch started them), or the number
+    ``--dry-run --world_size N`` previews."""
+    return resolved.script.world_size or max(resolved.training.world_size, 1)
 
 
 def _rollout_summary(script: ScriptArguments, samples: int, generations: int) -> dict[str, Any]:

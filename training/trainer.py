@@ -19,6 +19,7 @@ from transformers import ProgressCallback, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
+from training import distributed
 from training.device import memory_source, peak_memory_mb
 from training.rollout import GameRollout, HeldOutCheck, quiet_placeholder_warning
 
@@ -83,7 +84,7 @@ class WordleGRPOTrainer(GRPOTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
-            logs["peak_memory_mb"] = peak_memory_mb()
+            logs["peak_memory_mb"] = distributed.max_over_processes(peak_memory_mb())  # the fullest process
             step = self.state.global_step
             if self.held_out is not None and self.held_out_steps and step % self.held_out_steps == 0:
                 logs.update(self.held_out(self))

@@ -1,0 +1,122 @@
+"""The script's own arguments: a dataclass that TrlParser parses beside TRL's GRPOConfig and ModelConfig.
+
+Every field here is a flag (``--rollout game``) and a key of a profile or ``--config`` file; how the
+layers combine is ``training.config``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rewards import REWARD_FUNCS
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+@dataclass
+class ScriptArguments:
+    """The script's own flags; every GRPOConfig and ModelConfig field is also accepted."""
+
+    profile: str = field(
+        default="auto",
+        metadata={
+            "help": f"hardware profile: {', '.join(available_profiles())}, or auto "
+            "(cuda, then rocm, then mps, then cpu)"
+        },
+    )
+    device: str = field(
+        default="cpu", metadata={"help": "device the profile is for: cuda, rocm, mps or cpu (set by the profile)"}
+    )
+    model: str | None = field(
+        default=None,
+        metadata={
+            "help": "model to train: 'tiny' (the embedded default), a hub id or a local path; sets model_name_or_path"
+        },
+    )
+    max_completion: int | None = field(
+        default=None, metadata={"help": "rollback flag: sets max_completion_length (96 when memory is short)"}
+    )
+    no_4bit: bool = field(default=False, metadata={"help": "turn 4-bit quantization off (no bitsandbytes needed)"})
+    dry_run: bool = field(default=False, metadata={"help": "print the resolved configuration as YAML and exit"})
+    world_size: int | None = field(
+        default=None,
+        metadata={"help": "with --dry-run: preview a launch on this many processes (default: the processes launched)"},
+    )
+    resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in output_dir"})
+    merge: bool = field(
+        default=False,
+        metadata={
+            "help": "also write the LoRA merged into the base model under OUTPUT_DIR/merged; on a finished run's "
+            "output_dir it merges without training"
+        },
+    )
+    merge_dtype: str = field(
+        default="auto",
+        metadata={"help": "dtype of the merged model: auto (the base checkpoint's own), float32, bfloat16 or float16"},
+    )
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "training rows: loaded from PATH (.jsonl, .parquet, or a course .csv) if it exists, "
+            "else built and saved there"
+        },
+    )
+    train_rows: int = field(default=2000, metadata={"help": "game states to build when no dataset file is given"})
+    explore: float = field(
+        default=0.3, metadata={"help": "share of exploratory (non-solver) guesses in built game histories"}
+    )
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "drop prompts longer than this many tokens (default: the model's context minus "
+            "max_completion_length)"
+        },
+    )
+    rollout: str = field(
+        default="turn",
+        metadata={
+            "help": "turn: each completion answers one game state from the training rows; game: each step plays "
+            "num_generations whole games per start state with the current policy, one sample per turn"
+        },
+    )
+    rewards: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": f"reward functions, from: {', '.join(REWARD_FUNCS)} (default: the four per-turn ones, plus "
+            "game_reward with --rollout game)"
+        },
+    )
+    game_eval_steps: int = field(
+        default=0,
+        metadata={
+            "help": "every N steps, play game_eval_games held-out and as many training secrets greedily and log "
+            "the win rates: the learning curve (0: never)"
+        },
+    )
+    game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
+    torch_threads: int = field(
+        default=0,
+        metadata={"help": "CPU threads for torch (0: torch's default, one per core); 1 is fastest for tiny models"},
+    )
+    mps_empty_cache_steps: int = field(
+        default=0, metadata={"help": "on MPS, synchronize and empty the cache every N steps (0: never)"}
+    )
+    skip_eval: bool = field(default=False, metadata={"help": "skip the full-game evaluation before and after training"})
+    eval_games: int = field(
+        default=300,
+        metadata={
+            "help": "full games played by the evaluation before and after training (of the 300 held-out secrets)"
+        },
+    )
+    constrain_vllm: str | None = field(
+        default=None,
+        metadata={
+            "help": "with use_vllm: constrain rollouts to '<think>…</think><guess>WORD</guess>' with WORD an "
+            "allowed word ('allowed'), through vllm_structured_outputs_regex"
+        },
+    )

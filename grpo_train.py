@@ -233,7 +233,7 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
     run = run or plan(resolved)
     if run.done:
         logger.info("the run in %s is complete (max_steps %d): nothing to train", run.out, resolved.training.max_steps)
-        if resolved.script.merge:
+        if resolved.script.merge and distributed.is_main():
             merge(resolved, run)
         return None
     lock = distributed.OutputLock(run.out)

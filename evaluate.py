@@ -164,6 +164,7 @@ def decoding(args: EvalArguments) -> Decoding:
 
 
 def run(args: EvalArguments, out_console: Console) -> list:
+    model_decoding = decoding(args)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     model, tokenizer = load_for_inference(args.model, args.adapter, device=args.device)
@@ -174,7 +175,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
             model,
             tokenizer,
             secrets,
-            decoding(args),
+            model_decoding,
             constrain=args.constrain,
             batch_size=args.batch_size,
             label=label,
@@ -195,7 +196,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
         out = Path(args.out)
         settings = asdict(args) | {"secrets": list(secrets)}
         model_note = f"model {args.model}" + (f", adapter {args.adapter}" if args.adapter else "")
-        notes = [f"{model_note}; {decoding(args).describe()}"]
+        notes = [f"{model_note}; {model_decoding.describe()}"]
         write_json(out / "eval.json", results, settings)
         (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
         plot_guess_histogram(results, out / "guesses.png")

@@ -137,12 +137,14 @@ class RecordProcesses(TrainerCallback):
         return control
 
 
+def effective_batch(args: TrainingArguments, processes: int) -> int:
+    """Completions per optimizer step over every process."""
+    return args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
+
+
 def processes_record(args: TrainingArguments) -> dict[str, int]:
     world = max(args.world_size, 1)
-    return {
-        "processes": world,
-        "effective_batch": args.per_device_train_batch_size * args.gradient_accumulation_steps * world,
-    }
+    return {"processes": world, "effective_batch": effective_batch(args, world)}
 
 
 def resume_warning(checkpoint: Path, args: TrainingArguments) -> str | None:

@@ -14,6 +14,7 @@ import yaml
 from trl import GRPOConfig
 
 from training import device as devices
+from training import distributed
 from training.config import TINY, Resolved, ScriptArguments, plain
 from training.rollout import SLOTS
 
@@ -26,7 +27,7 @@ def summary(resolved: Resolved) -> dict[str, Any]:
     """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
     s, t, m = resolved.script, resolved.training, resolved.model
     world = processes(resolved)
-    completions = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    completions = distributed.effective_batch(t, world)
     quant: Any = "none"
     if m.load_in_4bit:
         quant = {

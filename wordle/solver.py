@@ -113,28 +113,34 @@ def _clogc(size: int) -> np.ndarray:
 def entropy_bits(codes: np.ndarray) -> np.ndarray:
     """Entropy in bits of each row of a ``(k, n)`` array of pattern codes (uniform over the n columns).
 
-    One bincount serves all k rows: row r's codes are offset into their own block of 243 buckets.
-    H = log2 n - sum(c log2 c) / n over the bucket counts c.
+    One bincount serves a chunk of rows: row r's codes are offset into their own block of 243 buckets.
+    H = log2 n - sum(c log2 c) / n over the bucket counts c. Chunks of 1024 rows bound the int64
+    temporaries: every allowed guess over 1000 candidates at once held 300 MB, the peak of a whole
+    training run of the embedded model.
     """
     codes = np.atleast_2d(codes)
     k, n = codes.shape
     if n == 0:
         return np.zeros(k)
+    if k > _CHUNK:
+        return np.concatenate([entropy_bits(codes[i : i + _CHUNK]) for i in range(0, k, _CHUNK)])
     flat = np.add(codes, np.arange(0, k * N_PATTERNS, N_PATTERNS, dtype=np.intp)[:, None])
     counts = np.bincount(flat.ravel(), minlength=k * N_PATTERNS).reshape(k, N_PATTERNS)
     # Tables come in powers of two, so a handful serves every candidate-set size.
     return math.log2(n) - _clogc(1 << n.bit_length())[counts].sum(axis=1) / n
 
 
+_CHUNK = 1024
+
+
 @functools.cache
 def opening_information() -> np.ndarray:
     """Expected information in bits of every allowed guess over all the answers (a game's first turn).
 
-    A constant of the word lists, computed once per process (in chunks, to bound memory): the
-    opening state is the most common state in training data, and the most expensive one.
+    A constant of the word lists, computed once per process: the opening state is the most common
+    state in training data, and the most expensive one.
     """
-    matrix = pattern_matrix()
-    bits = np.concatenate([entropy_bits(matrix[i : i + 1024]) for i in range(0, len(matrix), 1024)])
+    bits = entropy_bits(pattern_matrix())
     bits.setflags(write=False)
     return bits
 

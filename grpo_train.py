@@ -51,7 +51,7 @@ from evaluation.report import (
 )
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
-from training import distributed
+from training import distributed, memory
 from training.card import make_adapter_config_portable, write_model_card
 from training.cli import help_requested, run_cli
 from training.config import (
@@ -277,6 +277,11 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         if warning:
             logger.warning(warning)
     offline_wandb_unless_logged_in(resolved)
+    estimate = memory.preflight(resolved)
+    if "warning" in estimate:
+        logger.warning("memory: %s", estimate["warning"])
+    elif "peak_gb" in estimate:
+        logger.info("memory estimate: peak %.2f GB per device (%s)", estimate["peak_gb"], estimate["assumes"])
     if resolved.script.torch_threads:
         torch.set_num_threads(resolved.script.torch_threads)
 
@@ -313,6 +318,7 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
         peft_config=get_peft_config(resolved.model),
         callbacks=[
             distributed.RecordProcesses(),
+            memory.RollbackAdvisor.for_run(resolved),
             *([MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []),
         ],
     )
@@ -422,6 +428,8 @@ def _main(argv: list[str]) -> None:
     resolved = resolve(argv)
     if resolved.script.dry_run:
         print(to_yaml(resolved), end="")
+        # From config.json and the tokenizer alone: no weights load, so a preview stays seconds.
+        print(yaml.safe_dump({"memory_estimate": memory.preflight(resolved)}, sort_keys=False, width=120), end="")
         return
     distributed.setup(resolved.training)  # several processes: only the main one logs INFO and writes
     run = plan(resolved)  # every input checked before anything slow runs or anything is written

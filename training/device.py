@@ -7,6 +7,7 @@ whether the machine has it.
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import sys
 
@@ -58,8 +59,28 @@ def peak_memory_mb() -> float:
     if source == "mps":
         # MPS has no peak counter; the driver's current allocation is the closest figure.
         return torch.mps.driver_allocated_memory() / 2**20
+    return peak_rss_bytes() / 2**20
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
+    return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
+
+
+def memory_in_use() -> int:
+    """Bytes held now, of ``memory_source()``: what nears a device's limit (the allocator's reserve on
+    CUDA, the driver's allocation on MPS, resident memory on Linux, the peak elsewhere)."""
+    source = memory_source()
+    if source == "cuda":
+        return torch.cuda.memory_reserved()
+    if source == "mps":
+        return torch.mps.driver_allocated_memory()
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return peak_rss_bytes()
 
 
 class MpsCacheCallback(TrainerCallback):

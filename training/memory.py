@@ -1,0 +1,373 @@
+"""Memory before a run: a per-device estimate from ``config.json`` alone (``--dry-run`` prints it),
+and during a run, the rollback advisor.
+
+The estimate adds what a GRPO step holds at its fullest, in bytes, part by part:
+
+- **runtime**: Python, torch, transformers and TRL themselves (CPU only, where the figure compared is
+  the process's RSS; accelerator counters do not see them);
+- **weights** at their dtype, or 4-bit (bitsandbytes NF4: half a byte per weight of every decoder
+  linear, plus its absmax constants; embeddings and the LM head stay in the compute dtype);
+- **reference model**: a second copy of the weights, when ``beta > 0`` without LoRA (with LoRA, TRL
+  gets the reference by disabling the adapter);
+- **trainable state**: LoRA (or every) parameter in fp32, its gradient, and the optimizer's states;
+- **activations**: what autograd keeps for one micro-batch of ``per_device_train_batch_size``
+  sequences of prompt + completion tokens, per decoder layer (``_SAVED_PER_TOKEN``), or with
+  gradient checkpointing each layer's input plus one layer recomputed;
+- **logits**: TRL 1.16 never materialises ``tokens × vocab``: its fused LM head scores tiles of at
+  most 4096 tokens × 32768 vocabulary entries, each tile in fp32 a few times over (``_LOGIT_TILE_COPIES``);
+- **KV cache**: generation's keys and values for the whole per-device generation batch.
+
+Generation and the loss do not overlap, so the peak is the fixed parts plus the larger of the two
+phases. The figures it is checked against are in docs/memory.md (``benchmarks/bench_memory.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import try_to_load_from_cache
+from transformers import TrainerCallback
+
+from training.config import ConfigError, Resolved
+from training.data import make_row
+from training.device import memory_in_use, peak_rss_bytes
+from training.modeling import load_tokenizer, model_source
+from training.rollout import SLOTS
+from wordle import MAX_GUESSES, history_for
+
+logger = logging.getLogger(__name__)
+
+GB = 2**30
+MB = 2**20
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
+# bitsandbytes NF4: 4 bits per weight, one fp32 absmax per block of 64; double quantisation stores the
+# absmax in 8 bits with one fp32 constant per 256 blocks.
+_NF4_BYTES = 0.5 + 4 / 64
+_NF4_DOUBLE_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+# Optimizer state bytes per trainable parameter (AdamW: two moments; the 8-bit ones: two bytes).
+_OPTIMIZER_BYTES = {"adamw_8bit": 2, "paged_adamw_8bit": 2, "adamw_bnb_8bit": 2, "sgd": 0}
+_FP32_ADAM = 8
+# TRL's fused LM head (trl/kernels/chunked_logprob.py): tiles of at most this many tokens × vocabulary entries.
+_TILE_TOKENS, _TILE_VOCAB = 4096, 32768
+# Measured on CPU (torch ops, no Triton), peak RSS over the kernel for 1024-4096 tokens x 151,936: the
+# forward holds 4 fp32 tiles (the tile, its transform, exponentials, comparisons), the backward 8.2.
+_LOGIT_TILE_COPIES = 8.25
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The parts of a decoder-only config the estimate needs (Qwen2, Llama and alike)."""
+
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Shape:
+        text = config.get("text_config", config)  # multimodal configs nest the language model's
+        heads = text["num_attention_heads"]
+        return cls(
+            vocab=text["vocab_size"],
+            hidden=text["hidden_size"],
+            intermediate=text["intermediate_size"],
+            layers=text["num_hidden_layers"],
+            heads=heads,
+            kv_heads=text.get("num_key_value_heads") or heads,
+            head_dim=text.get("head_dim") or text["hidden_size"] // heads,
+            tied=bool(text.get("tie_word_embeddings", False)),
+        )
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """Each decoder layer's projections, (in, out) features."""
+        h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    def linear_params(self) -> int:
+        return self.layers * sum(a * b for a, b in self.linears().values())
+
+    def other_params(self) -> int:
+        """Embeddings, the LM head if untied, the norms and the q/k/v biases (Qwen2 has them)."""
+        kv = self.kv_heads * self.head_dim
+        head = 0 if self.tied else self.vocab * self.hidden
+        per_layer = 2 * self.hidden + self.heads * self.head_dim + 2 * kv
+        return self.vocab * self.hidden + head + self.layers * per_layer + self.hidden
+
+    def params(self) -> int:
+        return self.linear_params() + self.other_params()
+
+
+@dataclass(frozen=True)
+class Run:
+    """The resolved settings that move memory."""
+
+    dtype: str = "float32"
+    load_in_4bit: bool = False
+    double_quant: bool = False
+    lora_r: int | None = 16  # None: full fine-tuning
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    optim: str = "adamw_torch"
+    beta: float = 0.0
+    batch: int = 1  # sequences per micro-batch (per_device_train_batch_size)
+    generation_batch: int = 8  # sequences generated at once on this device
+    prompt_tokens: int = 300
+    completion_tokens: int = 128
+    checkpointing: bool = False
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return _DTYPE_BYTES.get(dtype, 4)
+
+
+def _saved_per_token(shape: Shape) -> int:
+    """Elements autograd keeps per token per decoder layer (sdpa attention, LoRA or full training):
+    the two RMSNorms' inputs and outputs (4h), q after RoPE (h), k and v repeated to every head
+    (2h: with a padding mask, transformers does not use sdpa's grouped-query path), the attention
+    output and o_proj's contiguous input (2h), gate, up, silu(gate) and their product (4i)."""
+    return 9 * shape.heads * shape.head_dim + 4 * shape.intermediate
+
+
+def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
+    """The parts, in bytes (see the module docstring); :func:`peak` adds them up."""
+    compute = _dtype_bytes(run.dtype)
+    if run.load_in_4bit:
+        per_weight = _NF4_DOUBLE_BYTES if run.double_quant else _NF4_BYTES
+        weights = int(shape.linear_params() * per_weight) + shape.other_params() * compute
+    else:
+        weights = shape.params() * compute
+    if run.lora_r is None:
+        trainable = shape.params()
+    else:
+        linears = shape.linears()
+        trainable = shape.layers * sum(run.lora_r * sum(linears[t]) for t in run.lora_targets if t in linears)
+    # fp32 master copy (PEFT keeps adapters in fp32; full training of fp32 weights holds them once), gradient, states
+    master = 4 if run.lora_r is not None or compute == 4 else 4 + compute
+    optimizer = _OPTIMIZER_BYTES.get(run.optim, _FP32_ADAM)
+    tokens = run.batch * (run.prompt_tokens + run.completion_tokens)
+    layer = tokens * _saved_per_token(shape) * compute
+    if run.checkpointing:
+        activations = shape.layers * tokens * shape.hidden * compute + layer
+    else:
+        activations = shape.layers * layer
+    tile = min(tokens, _TILE_TOKENS) * min(shape.vocab, _TILE_VOCAB)
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * compute
+    return {
+        "runtime": runtime,
+        "weights": weights,
+        "reference model": weights if run.beta > 0 and run.lora_r is None else 0,
+        "trainable state": trainable * (master + 4 + optimizer),
+        "activations": activations,
+        "logits": int(tile * 4 * _LOGIT_TILE_COPIES),
+        "kv cache": run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,
+    }
+
+
+def peak(parts: dict[str, int]) -> int:
+    """The fixed parts plus the fuller phase: the loss (activations, logits) or generation (KV cache)."""
+    fixed = parts["runtime"] + parts["weights"] + parts["reference model"] + parts["trainable state"]
+    return fixed + max(parts["activations"] + parts["logits"], parts["kv cache"])
+
+
+def device_limit(device: str) -> tuple[int, str] | None:
+    """How much memory ``device`` has here, and what that figure is; None when it is absent."""
+    if device in ("cuda", "rocm") and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, f"{torch.cuda.get_device_name(0)} total memory"
+    if device == "mps" and torch.backends.mps.is_available():
+        return torch.mps.recommended_max_memory(), "MPS recommended maximum working set"
+    if device == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "system RAM"
+    return None
+
+
+def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
+    """What ``--dry-run`` prints under ``memory_estimate``: the peak, its parts (largest first), the limit."""
+    parts = estimate(shape, run, runtime)
+    total = peak(parts)
+    out: dict[str, Any] = {
+        "peak_gb": round(total / GB, 2),
+        "parts_gb": {k: round(v / GB, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v},
+        "assumes": (
+            f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, "
+            f"{run.generation_batch} sequences generated at once"
+        ),
+    }
+    limit = device_limit(device)
+    if limit is None:
+        out["limit"] = f"{device} is absent here: no limit to compare"
+    else:
+        out["limit_gb"] = round(limit[0] / GB, 2)
+        out["limit_is"] = limit[1]
+        if total > limit[0]:
+            out["warning"] = (
+                f"the estimated peak ({total / GB:.1f} GB) exceeds {limit[1]} ({limit[0] / GB:.1f} GB): expect swapping "
+                "or out-of-memory; try --max-completion 96, fewer --num_generations, a smaller "
+                "--per_device_train_batch_size, or --gradient_checkpointing true"
+            )
+    return out
+
+
+def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
+    """The :class:`Run` of a resolved configuration, per device: every process holds the same."""
+    t, m, s = resolved.training, resolved.model, resolved.script
+    per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
+    # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.
+    sequences = per_device_generation // SLOTS if s.rollout == "game" else per_device_generation
+    return Run(
+        dtype=str(m.dtype or "float32"),
+        load_in_4bit=bool(m.load_in_4bit),
+        double_quant=bool(m.use_bnb_nested_quant),
+        lora_r=m.lora_r if m.use_peft else None,
+        lora_targets=tuple(m.lora_target_modules or ()),
+        optim=str(getattr(t.optim, "value", t.optim)),
+        beta=t.beta,
+        batch=t.per_device_train_batch_size,
+        generation_batch=max(sequences, 1),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=t.max_completion_length,
+        checkpointing=bool(t.gradient_checkpointing),
+    )
+
+
+def longest_prompt_tokens(tokenizer) -> int:
+    """Tokens of the longest prompt a game can reach: the last turn's, five guesses in."""
+    guesses = ["SOARE", "CLINT", "DUMPY", "FIGHT", "WHELK"][: MAX_GUESSES - 1]
+    messages = make_row("BOXER", history_for("BOXER", guesses))["prompt"]
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    return len(encoded["input_ids"])
+
+
+def preflight(resolved: Resolved) -> dict[str, Any]:
+    """The estimate for a resolved run, from the model's config.json and tokenizer alone (no weights
+    load). A hub model must be in the local cache; otherwise this says so instead of downloading."""
+    name = resolved.model.model_name_or_path
+    try:
+        source = model_source(name)
+    except ConfigError as err:
+        return {"unavailable": str(err)}
+    if Path(source).is_dir():
+        config_path: Any = Path(source) / "config.json"
+    else:
+        config_path = try_to_load_from_cache(source, "config.json", revision=resolved.model.model_revision)
+        if not isinstance(config_path, str):
+            return {"unavailable": f"{name}'s config.json is not in the local hub cache (run once to download it)"}
+    try:
+        shape = Shape.from_config(json.loads(Path(config_path).read_text()))
+    except (KeyError, ValueError) as err:
+        return {"unavailable": f"{config_path} is not a decoder-only config the estimate knows ({err})"}
+    prompt = longest_prompt_tokens(load_tokenizer(source, resolved))
+    runtime = peak_rss_bytes() if resolved.script.device == "cpu" else 0
+    return report(shape, run_settings(resolved, prompt), resolved.script.device, runtime)
+
+
+class RollbackAdvisor(TrainerCallback):
+    """Watches step time and memory, and logs the rollback once when a run falls into seed 002's trap.
+
+    A step that takes ``slow_factor`` times the median of the first ``baseline_steps`` steps (after
+    the first, which compiles and fills caches), or memory past ``memory_fraction`` of the device's,
+    means swapping is near or here (seed 002: 226 s/iteration on MPS). The advice follows the seed's
+    order, starting at the first rung the run has not taken: ``--max-completion 96``, then fewer
+    generations, then a smaller batch, each with ``--resume``.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_completion_length: int,
+        num_generations: int,
+        per_device_train_batch_size: int,
+        gradient_accumulation_steps: int,
+        output_dir: str,
+        limit_bytes: int | None,
+        memory_bytes=None,
+        clock=time.monotonic,
+        baseline_steps: int = 5,
+        slow_factor: float = 3.0,
+        memory_fraction: float = 0.9,
+    ) -> None:
+        self.completion = max_completion_length
+        self.generations = num_generations
+        self.batch = per_device_train_batch_size
+        self.accumulation = gradient_accumulation_steps
+        self.output_dir = output_dir
+        self.limit = limit_bytes
+        self.memory_bytes = memory_bytes or (lambda: None)
+        self.clock = clock
+        self.baseline_steps = baseline_steps
+        self.slow_factor = slow_factor
+        self.memory_fraction = memory_fraction
+        self.times: list[float] = []
+        self.started: float | None = None
+        self.advice: str | None = None  # what was logged, once
+
+    @classmethod
+    def for_run(cls, resolved: Resolved) -> RollbackAdvisor:
+        t = resolved.training
+        limit = device_limit(resolved.script.device)
+        return cls(
+            max_completion_length=t.max_completion_length,
+            num_generations=t.num_generations,
+            per_device_train_batch_size=t.per_device_train_batch_size,
+            gradient_accumulation_steps=t.gradient_accumulation_steps,
+            output_dir=t.output_dir,
+            limit_bytes=limit[0] if limit else None,
+            memory_bytes=memory_in_use,
+        )
+
+    def rungs(self) -> list[str]:
+        """The seed's rollback order, from the first rung this run has not already taken."""
+        out = []
+        if self.completion > 96:
+            out.append("--max-completion 96")
+        if self.generations > 2:
+            out.append(f"--num_generations {max(2, self.generations // 2)}")
+        if self.batch > 1:  # the same completions per step, in smaller micro-batches
+            out.append(
+                f"--per_device_train_batch_size {self.batch // 2} --gradient_accumulation_steps {self.accumulation * 2}"
+            )
+        return out
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.started = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.started is None or self.advice is not None:
+            return
+        seconds = self.clock() - self.started
+        self.times.append(seconds)
+        reason = None
+        baseline = sorted(self.times[1 : 1 + self.baseline_steps])
+        if len(self.times) > 1 + self.baseline_steps:
+            median = baseline[len(baseline) // 2]
+            if seconds > self.slow_factor * median:
+                reason = f"step {state.global_step} took {seconds:.0f} s, {seconds / median:.1f}x the first steps' {median:.1f} s"
+        used = self.memory_bytes()
+        if reason is None and used is not None and self.limit and used > self.memory_fraction * self.limit:
+            reason = f"memory at {used / GB:.1f} GB of {self.limit / GB:.1f} GB"
+        if reason is None:
+            return
+        rungs = self.rungs()
+        if rungs:
+            steps = "; then ".join(f"{r} --resume" for r in rungs)
+            self.advice = f"{reason}: swapping or near the memory limit. Stop and roll back, in this order: {steps}"
+        else:
+            self.advice = f"{reason}: swapping or near the memory limit, and every rollback is already taken"
+        logger.warning("%s (checkpoints in %s)", self.advice, self.output_dir)

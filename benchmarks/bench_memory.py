@@ -99,12 +99,42 @@ def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[floa
     return estimate["peak_gb"], measured
 
 
+# Qwen2.5-3B-Instruct's config.json, the fields the estimate reads: the seeds' model, previewed without weights.
+QWEN_3B = {
+    "vocab_size": QWEN_VOCAB,
+    "hidden_size": 2048,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+
+
+def preview_3b(profile: str) -> dict:
+    """The estimate for a Qwen2.5-3B shape under ``profile``'s hub-model settings, with the real tokenizer's prompt
+    length: what --dry-run prints once the model's config.json is in the hub cache."""
+    from transformers import AutoTokenizer
+
+    from training.config import resolve
+    from training.memory import Shape, longest_prompt_tokens, report, run_settings
+
+    resolved = resolve(["--profile", profile, "--model", "Qwen/Qwen2.5-3B-Instruct", "--dry-run"])
+    prompt = longest_prompt_tokens(AutoTokenizer.from_pretrained(qwen_tokenizer_files()))
+    return report(Shape.from_config(QWEN_3B), run_settings(resolved, prompt), profile, runtime=0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("extra", nargs="*", help="flags for grpo_train.py, after --")
+    parser.add_argument("--preview-3b", action="store_true", help="only print the Qwen2.5-3B estimates (mps, cuda)")
     a = parser.parse_args()
+    if a.preview_3b:
+        for profile in ("mps", "cuda"):
+            print(profile, yaml.safe_dump(preview_3b(profile), sort_keys=False, width=120), sep="\n")
+        return
     print("| model | flags | estimate (GiB) | measured (GiB) | estimate / measured |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

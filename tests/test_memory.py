@@ -45,6 +45,11 @@ def test_small_shape_parts_by_hand():
     assert peak(parts) == 100 + parts["weights"] + lora * 16 + parts["activations"] + parts["logits"]
 
 
+def test_triton_scores_completion_tokens_only():
+    run = Run(dtype="bfloat16", batch=2, prompt_tokens=10, completion_tokens=6, triton=True)
+    assert estimate(SMALL, run)["logits"] == 2 * 6 * 1000 * 2 * memory._LOGIT_TILE_COPIES_TRITON
+
+
 def test_checkpointing_keeps_layer_inputs_and_one_layer():
     run = Run(batch=1, prompt_tokens=100, completion_tokens=28)
     full = estimate(SMALL, run)["activations"]

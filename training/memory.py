@@ -14,7 +14,8 @@ The estimate adds what a GRPO step holds at its fullest, in bytes, part by part:
   sequences of prompt + completion tokens, per decoder layer (``_SAVED_PER_TOKEN``), or with
   gradient checkpointing each layer's input plus one layer recomputed;
 - **logits**: TRL 1.16 never materialises ``tokens × vocab``: its fused LM head scores tiles of at
-  most 4096 tokens × 32768 vocabulary entries, each tile in fp32 a few times over (``_LOGIT_TILE_COPIES``);
+  most 4096 tokens × 32768 vocabulary entries; without Triton (CPU, MPS) every position is scored and
+  each tile is held in fp32 several times over (``_LOGIT_TILE_COPIES``, measured);
 - **KV cache**: generation's keys and values for the whole per-device generation batch.
 
 Generation and the loss do not overlap, so the peak is the fixed parts plus the larger of the two
@@ -59,6 +60,9 @@ _TILE_TOKENS, _TILE_VOCAB = 4096, 32768
 # Measured on CPU (torch ops, no Triton), peak RSS over the kernel for 1024-4096 tokens x 151,936: the
 # forward holds 4 fp32 tiles (the tile, its transform, exponentials, comparisons), the backward 8.2.
 _LOGIT_TILE_COPIES = 8.25
+# With Triton (CUDA, ROCm) the kernel folds each tile in place and scores only the completion tokens;
+# the tile in the compute dtype and its gradient. Not measured: no GPU was lent while this was written.
+_LOGIT_TILE_COPIES_TRITON = 2
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ class Run:
     prompt_tokens: int = 300
     completion_tokens: int = 128
     checkpointing: bool = False
+    triton: bool = False  # TRL's fused LM head runs Triton kernels (CUDA, ROCm)
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -168,7 +173,12 @@ def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
         activations = shape.layers * tokens * shape.hidden * compute + layer
     else:
         activations = shape.layers * layer
-    tile = min(tokens, _TILE_TOKENS) * min(shape.vocab, _TILE_VOCAB)
+    if run.triton:
+        scored = run.batch * run.completion_tokens
+        tile_bytes = compute * _LOGIT_TILE_COPIES_TRITON
+    else:  # every position is scored, and the torch ops work in fp32
+        scored, tile_bytes = tokens, 4 * _LOGIT_TILE_COPIES
+    tile = min(scored, _TILE_TOKENS) * min(shape.vocab, _TILE_VOCAB)
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * compute
     return {
         "runtime": runtime,
@@ -176,7 +186,7 @@ def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
         "reference model": weights if run.beta > 0 and run.lora_r is None else 0,
         "trainable state": trainable * (master + 4 + optimizer),
         "activations": activations,
-        "logits": int(tile * 4 * _LOGIT_TILE_COPIES),
+        "logits": int(tile * tile_bytes),
         "kv cache": run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,
     }
 
@@ -244,6 +254,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         prompt_tokens=prompt_tokens,
         completion_tokens=t.max_completion_length,
         checkpointing=bool(t.gradient_checkpointing),
+        triton=s.device in ("cuda", "rocm"),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ import evaluation.run
 import grpo_train
 import tinymodel
 from training import device as devices
-from training import modeling
+from training import distributed, modeling
 
 ROOT = Path(__file__).resolve().parent.parent
+ZERO2, ZERO3 = str(ROOT / "configs" / "deepspeed" / "zero2.json"), str(ROOT / "configs" / "deepspeed" / "zero3.json")
 
 
 def write(path: Path, text: str) -> Path:
@@ -59,6 +61,24 @@ TRAIN_CASES = [
     ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
     ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
     ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
+    ("FSDP on CPU", ["--fsdp", "full_shard auto_wrap"], "FSDP needs GPUs: on cpu accelerate would train", None),
+    ("--fsdp true on CPU", ["--fsdp", "true"], "FSDP needs GPUs", None),  # read as on, as --help says
+    ("one CPU process of several", [], "accelerate launch --cpu --num_processes N starts one process", "cpu-launch"),
+    (
+        "DeepSpeed not installed",
+        ["--deepspeed", ZERO2],
+        'DeepSpeed is not installed: pip install -e ".[deepspeed]"',
+        "nods",
+    ),
+    ("DeepSpeed without a launcher", ["--deepspeed", ZERO2], "DeepSpeed needs a launcher, also for one process", "ds"),
+    ("DeepSpeed config missing", ["--deepspeed", "{tmp}/ds.json"], "ds.json does not exist", "launched"),
+    ("ZeRO-3 and the evaluation", ["--deepspeed", ZERO3], "ZeRO-3 cannot play the games before and after", "launched"),
+    (
+        "ZeRO-3 and --merge",
+        ["--deepspeed", ZERO3, "--skip_eval", "true", "--merge", "true"],
+        "merge afterwards",
+        "launched",
+    ),
 ]
 
 
@@ -85,6 +105,21 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
         )
     elif kind == "broken":
         write(tmp / "broken.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SL\n')
+    elif kind == "cpu-launch":  # what accelerate launch --cpu --num_processes 2 passes its one process
+        for name in distributed.WORLD_SIZE_VARS:
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    elif kind in ("nods", "ds", "launched"):  # DeepSpeed absent, or present (CI has none), and launched by torchrun
+        real = distributed.importlib.util.find_spec
+        spec = None if kind == "nods" else ModuleSpec("deepspeed", None)
+        monkeypatch.setattr(
+            distributed.importlib.util, "find_spec", lambda n, *a: spec if n == "deepspeed" else real(n, *a)
+        )
+        for name in distributed.WORLD_SIZE_VARS:
+            monkeypatch.delenv(name, raising=False)
+        if kind == "launched":
+            monkeypatch.setenv("WORLD_SIZE", "2")
 
 
 def one_line_error(capsys, code: int, tmp: Path | None = None) -> str:

@@ -24,7 +24,7 @@ import yaml
 from trl import GRPOConfig, ModelConfig, TrlParser
 
 from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
-from training import arguments
+from training import arguments, distributed
 from training import device as devices
 from training.arguments import ScriptArguments, available_profiles
 from training.rollout import SLOTS
@@ -252,6 +252,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     _check_ranges(script, train_kw, model_kw)
     _constrain_vllm(script, train_kw, notes)
     _rewards(script, train_kw, notes)
+    _check_launch(script, train_kw)
     present = _check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
     training, model, precision = _construct_configs(train_kw, model_kw, present)
     changed = _changed(script_kw, train_kw, model_kw, precision)
@@ -314,6 +315,17 @@ def _rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]
             f"reward_weights has {len(train_kw['reward_weights'])} values for {len(script.rewards)} rewards "
             f"({', '.join(script.rewards)})"
         )
+
+
+def _check_launch(script: ScriptArguments, train_kw: dict[str, Any]) -> None:
+    """How the run was launched (torchrun, accelerate launch) and sharded (DeepSpeed, FSDP): one line
+    now for what would otherwise run other than asked, or fail after the model loaded."""
+    if isinstance(train_kw.get("fsdp"), str) and train_kw["fsdp"].lower() in ("true", "false"):
+        # --help says "pass --fsdp (or fsdp=True)"; transformers takes the string "true" for an unknown option.
+        train_kw["fsdp"] = True if train_kw["fsdp"].lower() == "true" else None
+    problem = distributed.launch_problem(script, train_kw)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _check_device(

@@ -256,7 +256,7 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     fit(resolved, trainer, run.checkpoint)
     save(resolved, run, trainer, tokenizer)
     results = None if before is None else evaluate_end(resolved, trainer, tokenizer, run.out, before)
-    if not distributed.is_main():
+    if not distributed.is_main() or not resolved.model.use_peft:  # the card describes an adapter
         return trainer
     write_model_card(
         run.out,
@@ -341,10 +341,12 @@ def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -
     out = run.out
     trainer.save_model(str(out))  # the main process writes, the others wait
     if distributed.is_main():
-        make_adapter_config_portable(out, resolved.model.model_name_or_path)
+        if resolved.model.use_peft:
+            make_adapter_config_portable(out, resolved.model.model_name_or_path)
         tokenizer.save_pretrained(str(out))
         (out / CONFIG_FILE).write_text(to_yaml(resolved))
-        logger.info("saved the LoRA adapter, tokenizer and %s to %s", CONFIG_FILE, out)
+        what = "LoRA adapter" if resolved.model.use_peft else "fully fine-tuned model (load it with --model)"
+        logger.info("saved the %s, tokenizer and %s to %s", what, CONFIG_FILE, out)
         if resolved.script.merge:  # one full unquantized model, loaded once, after the adapter is complete
             merge(resolved, run)
     distributed.barrier()

@@ -278,3 +278,8 @@ def test_device_step_notes_an_absent_device_or_refuses_it(monkeypatch):
     assert notes == ["device cuda is not present on this machine: shown as the profile sets it"]
     with pytest.raises(ConfigError, match="profile cuda needs an NVIDIA GPU"):
         config_mod._check_device(script, {}, {}, [], check=True)
+
+
+def test_merge_needs_a_lora_adapter():
+    with pytest.raises(ConfigError, match="--merge merges a LoRA adapter; with --use_peft false"):
+        resolve(["--profile", "cpu", "--use_peft", "false", "--merge"])

@@ -97,6 +97,15 @@ def test_grpo_steps_change_lora_and_leave_the_base_alone(tmp_path):
     assert all(h["step_time"] > 0 and h["peak_memory_mb"] > 0 for h in logs)
 
 
+def test_full_fine_tuning_saves_a_whole_model(tmp_path):
+    trainer = run_in_process(tmp_path, "--max_steps", "1", "--use_peft", "false")
+    out = Path(trainer.args.output_dir)
+    assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
+    trained = load_file(out / "model.safetensors")
+    original = load_file(MODEL_DIR / "model.safetensors")
+    assert any(not torch.equal(trained[name], original[name]) for name in original)
+
+
 def test_qlora_4bit_runs_for_real_on_cpu(tmp_path, monkeypatch):
     import bitsandbytes as bnb
 

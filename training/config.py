@@ -230,6 +230,8 @@ def _check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: d
         raise ConfigError(
             f"--game_eval_games must be between 1 and 300 (the held-out secrets), got {script.game_eval_games}"
         )
+    if script.merge and not model_kw.get("use_peft", True):
+        raise ConfigError("--merge merges a LoRA adapter; with --use_peft false the output is already a whole model")
     if script.merge_dtype not in MERGE_DTYPES:
         raise ConfigError(f"unknown --merge_dtype {script.merge_dtype!r}; valid: {', '.join(MERGE_DTYPES)}")
 

@@ -9,7 +9,10 @@ a guess can be banned by masking that token's logit. Three rows, the same games 
 
 - ``model``: nothing banned (the evaluation's own row);
 - ``no repeats``: the words already guessed in this game are banned;
-- ``no inconsistent``: every answer that contradicts the feedback so far is banned.
+- ``no inconsistent``: every answer that contradicts the feedback so far is banned;
+- ``past marked``: nothing banned, but each past guess W the prompt spells adds ``-c * u_W`` to the
+  embedding of its ``": "`` token (``--mark_past c``, u_W the answer token's tied row): whether the model
+  would stop repeating if a past guess were one feature (docs/research-log.md, e19).
 
 The gap between the rows says what a policy would win by learning each. Nothing here asserts: it
 prints figures. Embedded model only (a hub model spells a word over several tokens).
@@ -69,6 +72,28 @@ class BanningPlayer(ModelPlayer):
         return self.tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
+def mark_past_guesses(model, tokenizer, scale: float):
+    """A forward hook that adds ``-scale * u_W`` to the embedding of the ``": "`` after each past guess W the
+    prompt spells (u_W: W's answer token row, tied to its output vector), so layer 0's mean carries "not W".
+    Returns the hook's handle; ``handle.remove()`` restores the model."""
+    rows = model.get_input_embeddings().weight
+    word_id = dict(zip(WORDS, tokenizer.convert_tokens_to_ids(list(WORDS)), strict=True))
+    colon = tokenizer.convert_tokens_to_ids(": ")
+    letters = {tokenizer.convert_tokens_to_ids(chr(c)): chr(c) for c in range(ord("A"), ord("Z") + 1)}
+
+    def hook(module, inputs, output):
+        output = output.clone()
+        for b, row in enumerate(inputs[0].tolist()):
+            for p in range(5, len(row)):
+                if row[p] == colon and all(t in letters for t in row[p - 5 : p]):
+                    word = "".join(letters[t] for t in row[p - 5 : p])
+                    if word in word_id:
+                        output[b, p] -= scale * rows[word_id[word]]
+        return output
+
+    return model.get_input_embeddings().register_forward_hook(hook)
+
+
 def _repeats(view: GameView) -> set[str]:
     return {guess for guess, _ in view.history}
 
@@ -82,6 +107,7 @@ def main() -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--adapter", default=None)
     parser.add_argument("--games", type=int, default=300)
+    parser.add_argument("--mark_past", type=float, default=5.0, help="the scale of the past-guess row (0: no such row)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
@@ -91,8 +117,13 @@ def main() -> int:
         BanningPlayer(model, tokenizer, _inconsistent, "no inconsistent"),
     ]
     print(f"{args.games} held-out games, greedy; {args.model}" + (f" + {args.adapter}" if args.adapter else ""))
+    if args.mark_past:
+        players.append(BanningPlayer(model, tokenizer, lambda view: set(), f"past marked x{args.mark_past:g}"))
     for player in players:
+        handle = mark_past_guesses(model, tokenizer, args.mark_past) if player.name.startswith("past") else None
         m = compute_metrics(play(player, select_secrets(args.games)))
+        if handle is not None:
+            handle.remove()
         win, lo, hi = (m["win_rate"][k] for k in ("rate", "low", "high"))
         print(
             f"  {player.name:16s} wins {win:6.1%} [{lo:.1%}-{hi:.1%}]  inconsistent {m['inconsistent_rate']['rate']:6.1%}"

@@ -283,3 +283,14 @@ def test_device_step_notes_an_absent_device_or_refuses_it(monkeypatch):
 def test_merge_needs_a_lora_adapter():
     with pytest.raises(ConfigError, match="--merge merges a LoRA adapter; with --use_peft false"):
         resolve(["--profile", "cpu", "--use_peft", "false", "--merge"])
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_gradient_checkpointing_is_the_old_name_of_activation_checkpointing(value):
+    # the cpu profile sets activation_checkpointing: false, the mps profile true; the old name must win over both
+    for profile in ("cpu", "mps"):
+        resolved = config_mod.resolve(
+            ["--profile", profile, "--gradient_checkpointing", str(value).lower(), "--dry-run"]
+        )
+        assert resolved.training.activation_checkpointing is value
+        assert resolved.training.gradient_checkpointing is value

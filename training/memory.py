@@ -9,7 +9,9 @@ The estimate adds what a GRPO step holds at its fullest, in bytes, part by part:
   linear, plus its absmax constants; embeddings and the LM head stay in the compute dtype);
 - **reference model**: a second copy of the weights, when ``beta > 0`` without LoRA (with LoRA, TRL
   gets the reference by disabling the adapter);
-- **trainable state**: LoRA (or every) parameter in fp32, its gradient, and the optimizer's states;
+- **trainable state**: LoRA parameters in fp32 with their gradients and optimizer states; in full
+  fine-tuning, every weight's gradient and optimizer states in the weights' dtype (the weights are
+  already counted);
 - **activations**: what autograd keeps for one micro-batch of ``per_device_train_batch_size``
   sequences of prompt + completion tokens, per decoder layer (``_SAVED_PER_TOKEN``), or with
   gradient checkpointing each layer's input plus one layer recomputed;
@@ -164,9 +166,11 @@ def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
     else:
         linears = shape.linears()
         trainable = shape.layers * sum(run.lora_r * sum(linears[t]) for t in run.lora_targets if t in linears)
-    # fp32 master copy (PEFT keeps adapters in fp32; full training of fp32 weights holds them once), gradient, states
-    master = 4 if run.lora_r is not None or compute == 4 else 4 + compute
-    optimizer = _OPTIMIZER_BYTES.get(run.optim, _FP32_ADAM)
+    optimizer = _OPTIMIZER_BYTES.get(run.optim)
+    if run.lora_r is None:  # the weights train in place: a gradient and torch's AdamW moments in their dtype
+        per_trainable = compute + (2 * compute if optimizer is None else optimizer)
+    else:  # PEFT keeps adapters in fp32: the adapter, its gradient, two fp32 moments
+        per_trainable = 4 + 4 + (_FP32_ADAM if optimizer is None else optimizer)
     tokens = run.batch * (run.prompt_tokens + run.completion_tokens)
     layer = tokens * _saved_per_token(shape) * compute
     if run.checkpointing:
@@ -184,7 +188,7 @@ def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
         "runtime": runtime,
         "weights": weights,
         "reference model": weights if run.beta > 0 and run.lora_r is None else 0,
-        "trainable state": trainable * (master + 4 + optimizer),
+        "trainable state": trainable * per_trainable,
         "activations": activations,
         "logits": int(tile * tile_bytes),
         "kv cache": run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,

@@ -6,7 +6,9 @@ N-th secret and the main one gathers them, so N processes evaluate N times faste
 rank 0 of 1, and then every helper here costs nothing.
 
 The process group is transformers': :func:`setup` asks the training arguments for their device,
-which starts it (gloo on CPU, NCCL on NVIDIA GPUs); accelerate's ``PartialState`` then shares it.
+which starts it (gloo on CPU, NCCL on NVIDIA GPUs); accelerate's ``PartialState`` then shares it,
+and so does DeepSpeed. :func:`launch_problem` names, before anything loads, a launch that would run
+other than asked (docs/several-gpus.md has the recipes that work).
 """
 
 from __future__ import annotations

@@ -294,3 +294,6 @@ def test_gradient_checkpointing_is_the_old_name_of_activation_checkpointing(valu
         )
         assert resolved.training.activation_checkpointing is value
         assert resolved.training.gradient_checkpointing is value
+    # not given, the profile's own setting stands
+    assert config_mod.resolve(["--profile", "cpu", "--dry-run"]).training.activation_checkpointing is False
+    assert config_mod.resolve(["--profile", "mps", "--dry-run"]).training.activation_checkpointing is True

@@ -251,7 +251,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     if script.device not in devices.DEVICES:
         raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")
     _apply_script_flags(script, train_kw, model_kw, notes)
-    _old_names(train_kw, notes)
+    _old_names(argv, values, train_kw, notes)
     _check_ranges(script, train_kw, model_kw)
     _constrain_vllm(script, train_kw, notes)
     _rewards(script, train_kw, notes)
@@ -285,11 +285,12 @@ def _apply_script_flags(
             train_kw["optim"] = "adamw_torch"
 
 
-def _old_names(train_kw: dict[str, Any], notes: list[str]) -> None:
+def _old_names(argv: list[str], values: dict[str, Any], train_kw: dict[str, Any], notes: list[str]) -> None:
     """``gradient_checkpointing`` is transformers 5's old name for ``activation_checkpointing``, and the new one wins
     in TrainingArguments: a ``--gradient_checkpointing true`` beside a profile's ``activation_checkpointing: false``
-    was silently ignored. Profiles use only the new name, so the old one is always the user's."""
-    if "gradient_checkpointing" in train_kw:
+    was silently ignored. Profiles use only the new name, so the old one, when given, is the user's."""
+    flags = {"--gradient_checkpointing", "--gradient-checkpointing"}
+    if "gradient_checkpointing" in values or any(a.split("=")[0] in flags for a in argv):
         value = train_kw["activation_checkpointing"] = train_kw["gradient_checkpointing"]
         notes.append(f"gradient_checkpointing is activation_checkpointing in transformers 5: set to {value}")
 

@@ -149,9 +149,11 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     """
     script, max_steps = resolved.script, resolved.training.max_steps
     out = Path(resolved.training.output_dir)
-    check_not_in_use(out)
+    if distributed.is_main():  # another process finds the lock its own main process may have taken already
+        check_not_in_use(out)
     newest = newest_checkpoint(out) if out.is_dir() else None
-    finished = (out / CONFIG_FILE).is_file() and (out / "adapter_config.json").is_file()
+    saved = (out / "adapter_config.json").is_file() or (out / "model.safetensors").is_file()  # LoRA, or full
+    finished = (out / CONFIG_FILE).is_file() and saved
     if finished:
         trained_on = yaml.safe_load((out / CONFIG_FILE).read_text())["model"]["name_or_path"]
         if trained_on != resolved.model.model_name_or_path:
@@ -429,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> None:
     resolved = resolve(argv)
     if resolved.script.dry_run:
+        if os.environ.get("RANK", "0") != "0":  # under torchrun: one preview, not one per process
+            return
         print(to_yaml(resolved), end="")
         # From config.json and the tokenizer alone: no weights load, so a preview stays seconds.
         print(yaml.safe_dump({"memory_estimate": memory.preflight(resolved)}, sort_keys=False, width=120), end="")

@@ -86,7 +86,10 @@ def build_model(path: Path, shape: tuple[int, int, int, int, int]) -> Path:
 
 def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[float, float]:
     shape, flags = ROWS[name]
-    model = "tiny" if shape is None else str(build_model(work / f"model-{name}", shape))
+    model = "tiny"
+    if shape is not None:  # in a child: Linux hands a parent's peak RSS on to the processes it starts
+        model = str(work / f"model-{name}")
+        subprocess.run([sys.executable, __file__, "--build", model, *map(str, shape)], check=True, capture_output=True)
     out = work / f"run-{name}"
     args = [sys.executable, str(ROOT / "grpo_train.py"), "--profile", profile, "--model", model, "--max_steps", "2"]
     args += ["--skip_eval", "true", "--save_steps", "2", "--output_dir", str(out), *flags, *extra]
@@ -130,7 +133,11 @@ def main() -> None:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("extra", nargs="*", help="flags for grpo_train.py, after --")
     parser.add_argument("--preview-3b", action="store_true", help="only print the Qwen2.5-3B estimates (mps, cuda)")
+    parser.add_argument("--build", nargs=6, metavar=("DIR", "H", "L", "I", "HEADS", "KV"), help=argparse.SUPPRESS)
     a = parser.parse_args()
+    if a.build:
+        build_model(Path(a.build[0]), tuple(int(x) for x in a.build[1:]))
+        return
     if a.preview_3b:
         for profile in ("mps", "cuda"):
             print(profile, yaml.safe_dump(preview_3b(profile), sort_keys=False, width=120), sep="\n")

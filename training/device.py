@@ -76,6 +76,12 @@ def memory_in_use() -> int:
         return torch.cuda.memory_reserved()
     if source == "mps":
         return torch.mps.driver_allocated_memory()
+    return rss_bytes()
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux), else its peak so far. Not the peak on Linux: a process
+    started by a larger one inherits that one's peak across exec."""
     try:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -40,7 +40,7 @@ from transformers import TrainerCallback
 
 from training.config import ConfigError, Resolved
 from training.data import make_row
-from training.device import memory_in_use, peak_rss_bytes
+from training.device import memory_in_use, rss_bytes
 from training.modeling import load_tokenizer, model_source
 from training.rollout import SLOTS
 from wordle import MAX_GUESSES, history_for
@@ -292,7 +292,7 @@ def preflight(resolved: Resolved) -> dict[str, Any]:
     except (KeyError, ValueError) as err:
         return {"unavailable": f"{config_path} is not a decoder-only config the estimate knows ({err})"}
     prompt = longest_prompt_tokens(load_tokenizer(source, resolved))
-    runtime = peak_rss_bytes() if resolved.script.device == "cpu" else 0
+    runtime = rss_bytes() if resolved.script.device == "cpu" else 0
     return report(shape, run_settings(resolved, prompt), resolved.script.device, runtime)
 
 

@@ -4,6 +4,7 @@ on simulated steps. How the estimate compares with measured peaks is benchmarks/
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from peft import LoraConfig, get_peft_model
@@ -181,3 +182,24 @@ def test_dry_run_prints_the_estimate_for_the_embedded_model(capsys):
     assert "memory_estimate:" in out
     assert "68 prompt + 16 completion tokens, micro-batch 8" in out
     assert "limit_is: system RAM" in out
+
+
+def test_colocated_vllm_reserves_its_share_awake_or_only_while_generating():
+    awake = estimate(SMALL, Run(vllm_fraction=0.25), device_bytes=16 * GB)
+    assert awake["vllm"] == 4 * GB and awake["kv cache"] == 0  # vLLM's KV cache lives inside its reservation
+    fixed = awake["runtime"] + awake["weights"] + awake["trainable state"]
+    assert peak(awake) == fixed + 4 * GB + awake["activations"] + awake["logits"]
+    asleep = estimate(SMALL, Run(vllm_fraction=0.25, vllm_sleep=True), device_bytes=16 * GB)
+    assert peak(asleep) == fixed + 4 * GB  # the loss runs while vLLM sleeps, and needs less than its 4 GB
+
+
+@pytest.mark.parametrize(("config", "mode"), [("colocate", "colocate"), ("server", "server")])
+def test_shipped_vllm_configs_resolve_on_the_cuda_profile(config, mode):
+    from training.config import resolve
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "vllm" / f"{config}.yaml"
+    resolved = resolve(["--profile", "cuda", "--config", str(path), "--dry-run"])
+    t = resolved.training
+    assert t.use_vllm and t.vllm_mode == mode
+    run = memory.run_settings(resolved, prompt_tokens=216)
+    assert run.vllm_fraction == (0.35 if mode == "colocate" else 0.0) and run.vllm_sleep == (mode == "colocate")

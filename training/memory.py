@@ -18,7 +18,9 @@ The estimate adds what a GRPO step holds at its fullest, in bytes, part by part:
 - **logits**: TRL 1.16 never materialises ``tokens × vocab``: its fused LM head scores tiles of at
   most 4096 tokens × 32768 vocabulary entries; without Triton (CPU, MPS) every position is scored and
   each tile is held in fp32 several times over (``_LOGIT_TILE_COPIES``, measured);
-- **KV cache**: generation's keys and values for the whole per-device generation batch.
+- **KV cache**: generation's keys and values for the whole per-device generation batch; with a
+  colocated vLLM, its reservation instead (``vllm_gpu_memory_utilization`` of the GPU, held throughout,
+  or only while generating in sleep mode).
 
 Generation and the loss do not overlap, so the peak is the fixed parts plus the larger of the two
 phases. The figures it is checked against are in docs/memory.md (``benchmarks/bench_memory.py``).
@@ -139,6 +141,8 @@ class Run:
     completion_tokens: int = 128
     checkpointing: bool = False
     triton: bool = False  # TRL's fused LM head runs Triton kernels (CUDA, ROCm)
+    vllm_fraction: float = 0.0  # colocated vLLM's share of the GPU (vllm_gpu_memory_utilization), 0 without
+    vllm_sleep: bool = False  # vllm_enable_sleep_mode: vLLM hands its memory back while the loss runs
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -153,8 +157,9 @@ def _saved_per_token(shape: Shape) -> int:
     return 9 * shape.heads * shape.head_dim + 4 * shape.intermediate
 
 
-def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
-    """The parts, in bytes (see the module docstring); :func:`peak` adds them up."""
+def estimate(shape: Shape, run: Run, runtime: int = 0, device_bytes: int | None = None) -> dict[str, int]:
+    """The parts, in bytes (see the module docstring); :func:`peak` adds them up. ``device_bytes`` sizes a
+    colocated vLLM's reservation (its weights and KV cache live inside it); unknown, it counts 0."""
     compute = _dtype_bytes(run.dtype)
     if run.load_in_4bit:
         per_weight = _NF4_DOUBLE_BYTES if run.double_quant else _NF4_BYTES
@@ -191,14 +196,21 @@ def estimate(shape: Shape, run: Run, runtime: int = 0) -> dict[str, int]:
         "trainable state": trainable * per_trainable,
         "activations": activations,
         "logits": int(tile * tile_bytes),
-        "kv cache": run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,
+        "kv cache": 0 if run.vllm_fraction else run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,
+        "vllm": int(run.vllm_fraction * device_bytes) if run.vllm_fraction and device_bytes else 0,
+        "vllm_sleeps": int(run.vllm_sleep),
     }
 
 
 def peak(parts: dict[str, int]) -> int:
-    """The fixed parts plus the fuller phase: the loss (activations, logits) or generation (KV cache)."""
+    """The fixed parts plus the fuller phase: the loss (activations, logits) or generation (KV cache). A colocated
+    vLLM holds its reservation throughout, or, asleep while the loss runs, only while generating."""
     fixed = parts["runtime"] + parts["weights"] + parts["reference model"] + parts["trainable state"]
-    return fixed + max(parts["activations"] + parts["logits"], parts["kv cache"])
+    loss = parts["activations"] + parts["logits"]
+    generation = parts["kv cache"] + parts.get("vllm", 0)
+    if parts.get("vllm") and not parts.get("vllm_sleeps"):
+        return fixed + parts["vllm"] + max(loss, parts["kv cache"])
+    return fixed + max(loss, generation)
 
 
 def device_limit(device: str) -> tuple[int, str] | None:
@@ -217,17 +229,25 @@ def device_limit(device: str) -> tuple[int, str] | None:
 
 def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
     """What ``--dry-run`` prints under ``memory_estimate``: the peak, its parts (largest first), the limit."""
-    parts = estimate(shape, run, runtime)
+    limit = device_limit(device)
+    parts = estimate(shape, run, runtime, limit[0] if limit else None)
     total = peak(parts)
+    shown = {k: v for k, v in parts.items() if k != "vllm_sleeps"}
+    assumes = (
+        f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, "
+        f"{run.generation_batch} sequences generated at once"
+    )
+    if run.vllm_fraction:
+        assumes += f"; colocated vLLM reserves {run.vllm_fraction:g} of the GPU" + (
+            ", released while the loss runs (sleep mode)" if run.vllm_sleep else ""
+        )
+        if limit is None:
+            assumes += " (not counted: the GPU's size is unknown here)"
     out: dict[str, Any] = {
         "peak_gb": round(total / GB, 2),
-        "parts_gb": {k: round(v / GB, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v},
-        "assumes": (
-            f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, "
-            f"{run.generation_batch} sequences generated at once"
-        ),
+        "parts_gb": {k: round(v / GB, 3) for k, v in sorted(shown.items(), key=lambda kv: -kv[1]) if v},
+        "assumes": assumes,
     }
-    limit = device_limit(device)
     if limit is None:
         out["limit"] = f"{device} is absent here: no limit to compare"
     else:
@@ -262,6 +282,8 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         completion_tokens=t.max_completion_length,
         checkpointing=bool(t.gradient_checkpointing),
         triton=s.device in ("cuda", "rocm"),
+        vllm_fraction=t.vllm_gpu_memory_utilization if t.use_vllm and t.vllm_mode == "colocate" else 0.0,
+        vllm_sleep=bool(t.vllm_enable_sleep_mode),
     )
 
 

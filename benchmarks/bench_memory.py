@@ -102,29 +102,17 @@ def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[floa
     return estimate["peak_gb"], measured
 
 
-# Qwen2.5-3B-Instruct's config.json, the fields the estimate reads: the seeds' model, previewed without weights.
-QWEN_3B = {
-    "vocab_size": QWEN_VOCAB,
-    "hidden_size": 2048,
-    "intermediate_size": 11008,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "tie_word_embeddings": True,
-}
-
-
 def preview_3b(profile: str) -> dict:
     """The estimate for a Qwen2.5-3B shape under ``profile``'s hub-model settings, with the real tokenizer's prompt
     length: what --dry-run prints once the model's config.json is in the hub cache."""
     from transformers import AutoTokenizer
 
     from training.config import resolve
-    from training.memory import Shape, longest_prompt_tokens, report, run_settings
+    from training.memory import QWEN2_5_3B, Shape, longest_prompt_tokens, report, run_settings
 
     resolved = resolve(["--profile", profile, "--model", "Qwen/Qwen2.5-3B-Instruct", "--dry-run"])
     prompt = longest_prompt_tokens(AutoTokenizer.from_pretrained(qwen_tokenizer_files()))
-    return report(Shape.from_config(QWEN_3B), run_settings(resolved, prompt), profile, runtime=0)
+    return report(Shape.from_config(QWEN2_5_3B), run_settings(resolved, prompt), profile, runtime=0)
 
 
 def main() -> None:

@@ -11,19 +11,9 @@ from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from training import memory
-from training.memory import GB, RollbackAdvisor, Run, Shape, estimate, peak
+from training.memory import GB, QWEN2_5_3B, RollbackAdvisor, Run, Shape, estimate, peak
 
 SMALL = Shape(vocab=1000, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, tied=True)
-# Qwen2.5-3B-Instruct's config.json, the fields the estimate reads
-QWEN_3B = {
-    "vocab_size": 151936,
-    "hidden_size": 2048,
-    "intermediate_size": 11008,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "tie_word_embeddings": True,
-}
 
 
 def test_small_shape_parts_by_hand():
@@ -90,7 +80,7 @@ def test_parameter_count_matches_transformers(tied):
 
 
 def test_qwen_3b_shape():
-    shape = Shape.from_config(QWEN_3B)
+    shape = Shape.from_config(QWEN2_5_3B)
     assert 3.0e9 < shape.params() < 3.1e9  # Qwen2.5-3B: 3.09B parameters
     # the mps profile: fp32, LoRA r16, one 128-token completion per micro-batch, checkpointing
     mps = estimate(shape, Run(batch=1, generation_batch=2, prompt_tokens=300, checkpointing=True))

@@ -69,6 +69,18 @@ _LOGIT_TILE_COPIES = 8.25
 _LOGIT_TILE_COPIES_TRITON = 2
 
 
+# Qwen2.5-3B-Instruct's config.json, the fields read here: the seeds' model, for previews without its weights.
+QWEN2_5_3B = {
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+
+
 @dataclass(frozen=True)
 class Shape:
     """The parts of a decoder-only config the estimate needs (Qwen2, Llama and alike)."""

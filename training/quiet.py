@@ -1,10 +1,13 @@
-"""Imported first by the entry scripts, for one side effect: bitsandbytes' import-time kernel notice is dropped.
+"""Imported first by the entry scripts, for one side effect: two libraries' import-time notices are dropped.
 
 On CPUs with AVX512-BF16, ``import bitsandbytes`` (which peft and TRL do when they are imported)
 logs that an optional kernel from the hub ("kernels-community") could not be loaded. bitsandbytes
 then uses its own kernel, so the line is noise, and it would precede every line of ours, errors
 included. The filter sits on that one logger and drops only records naming that kernel; it has to
 be in place before bitsandbytes is imported, hence a module imported before any library.
+
+Where DeepSpeed is installed (the ``deepspeed`` extra), transformers imports it, and it warns on every
+CPU run that it was "unable to detect" a GPU: on the cpu profile that is the plan, not news.
 """
 
 import logging
@@ -18,3 +21,11 @@ class DropKernelNotice(logging.Filter):
 
 
 logging.getLogger(NOTICE_LOGGER).addFilter(DropKernelNotice())
+
+
+class DropCpuAcceleratorNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Setting accelerator to CPU" not in record.getMessage()
+
+
+logging.getLogger("DeepSpeed").addFilter(DropCpuAcceleratorNotice())

@@ -1,7 +1,7 @@
 """Every kind of bad input a user can give, in both scripts: one line on stderr naming the problem,
 exit code 2, nothing on stdout, no output directory, and nothing slow (no model load) before it.
 
-The README's failure table shows these lines; each row here is one of its rows.
+docs/errors.md's failure table shows these lines (the README the common ones); each row here is one of its rows.
 """
 
 from __future__ import annotations

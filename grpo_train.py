@@ -279,7 +279,7 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         if warning:
             logger.warning(warning)
     offline_wandb_unless_logged_in(resolved)
-    estimate = memory.preflight(resolved)
+    estimate = memory.preflight(resolved) if distributed.is_main() else {}  # every process holds the same
     if "warning" in estimate:
         logger.warning("memory: %s", estimate["warning"])
     elif "peak_gb" in estimate:

@@ -210,19 +210,17 @@ def estimate(shape: Shape, run: Run, runtime: int = 0, device_bytes: int | None 
         "logits": int(tile * tile_bytes),
         "kv cache": 0 if run.vllm_fraction else run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,
         "vllm": int(run.vllm_fraction * device_bytes) if run.vllm_fraction and device_bytes else 0,
-        "vllm_sleeps": int(run.vllm_sleep),
     }
 
 
-def peak(parts: dict[str, int]) -> int:
+def peak(parts: dict[str, int], vllm_sleeps: bool = False) -> int:
     """The fixed parts plus the fuller phase: the loss (activations, logits) or generation (KV cache). A colocated
-    vLLM holds its reservation throughout, or, asleep while the loss runs, only while generating."""
+    vLLM holds its reservation throughout, or, asleep while the loss runs (``vllm_sleeps``), only while generating."""
     fixed = parts["runtime"] + parts["weights"] + parts["reference model"] + parts["trainable state"]
     loss = parts["activations"] + parts["logits"]
-    generation = parts["kv cache"] + parts.get("vllm", 0)
-    if parts.get("vllm") and not parts.get("vllm_sleeps"):
-        return fixed + parts["vllm"] + max(loss, parts["kv cache"])
-    return fixed + max(loss, generation)
+    if vllm_sleeps:
+        return fixed + max(loss, parts["kv cache"] + parts["vllm"])
+    return fixed + parts["vllm"] + max(loss, parts["kv cache"])
 
 
 def device_limit(device: str) -> tuple[int, str] | None:
@@ -243,8 +241,7 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
     """What ``--dry-run`` prints under ``memory_estimate``: the peak, its parts (largest first), the limit."""
     limit = device_limit(device)
     parts = estimate(shape, run, runtime, limit[0] if limit else None)
-    total = peak(parts)
-    shown = {k: v for k, v in parts.items() if k != "vllm_sleeps"}
+    total = peak(parts, run.vllm_sleep)
     assumes = (
         f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, "
         f"{run.generation_batch} sequences generated at once"
@@ -257,7 +254,7 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
             assumes += " (not counted: the GPU's size is unknown here)"
     out: dict[str, Any] = {
         "peak_gb": round(total / GB, 2),
-        "parts_gb": {k: round(v / GB, 3) for k, v in sorted(shown.items(), key=lambda kv: -kv[1]) if v},
+        "parts_gb": {k: round(v / GB, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v},
         "assumes": assumes,
     }
     if limit is None:

@@ -13,7 +13,7 @@ The estimate adds what a GRPO step holds at its fullest, in bytes, part by part:
   fine-tuning, every weight's gradient and optimizer states in the weights' dtype (the weights are
   already counted);
 - **activations**: what autograd keeps for one micro-batch of ``per_device_train_batch_size``
-  sequences of prompt + completion tokens, per decoder layer (``_SAVED_PER_TOKEN``), or with
+  sequences of prompt + completion tokens, per decoder layer (``_saved_per_token``), or with
   gradient checkpointing each layer's input plus one layer recomputed;
 - **logits**: TRL 1.16 never materialises ``tokens × vocab``: its fused LM head scores tiles of at
   most 4096 tokens × 32768 vocabulary entries; without Triton (CPU, MPS) every position is scored and
@@ -50,7 +50,6 @@ from wordle import MAX_GUESSES, history_for
 logger = logging.getLogger(__name__)
 
 GB = 2**30
-MB = 2**20
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 # bitsandbytes NF4: 4 bits per weight, one fp32 absmax per block of 64; double quantisation stores the
 # absmax in 8 bits with one fp32 constant per 256 blocks.

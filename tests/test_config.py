@@ -15,6 +15,7 @@ from training import arguments
 from training import config as config_mod
 from training import device as devices
 from training.config import ConfigError, ScriptArguments, available_profiles, resolve
+from training.summary import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -297,3 +298,12 @@ def test_gradient_checkpointing_is_the_old_name_of_activation_checkpointing(valu
     # not given, the profile's own setting stands
     assert config_mod.resolve(["--profile", "cpu", "--dry-run"]).training.activation_checkpointing is False
     assert config_mod.resolve(["--profile", "mps", "--dry-run"]).training.activation_checkpointing is True
+
+
+def test_dry_run_world_size_checks_the_batch_as_that_many_processes_would():
+    # 4 per device x 2 processes = 8 completions: one group of 8, which one process alone could not form
+    argv = ["--profile", "cpu", "--per_device_train_batch_size", "4", "--num_generations", "8", "--dry-run"]
+    batch = summary(config_mod.resolve([*argv, "--world_size", "2"]))["batch"]
+    assert (batch["processes"], batch["generation_batch_size"], batch["effective_prompts_per_step"]) == (2, 8, 1)
+    with pytest.raises(ConfigError, match=r"generation_batch_size \(12\) must be divisible by num_generations"):
+        config_mod.resolve([*argv, "--world_size", "3"])

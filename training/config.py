@@ -257,7 +257,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     _rewards(script, train_kw, notes)
     _check_launch(script, train_kw)
     present = _check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
-    training, model, precision = _construct_configs(train_kw, model_kw, present)
+    training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)
     changed = _changed(script_kw, train_kw, model_kw, precision)
     return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
 
@@ -358,8 +358,19 @@ def _check_device(
     return present
 
 
+class _PreviewGRPOConfig(GRPOConfig):
+    """GRPOConfig as N processes see it: TRL sizes and checks the generation batch with ``world_size``,
+    which is 1 in a dry run without a launcher (``--dry-run --world_size N``)."""
+
+    preview_world_size = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.preview_world_size
+
+
 def _construct_configs(
-    train_kw: dict[str, Any], model_kw: dict[str, Any], present: bool
+    train_kw: dict[str, Any], model_kw: dict[str, Any], present: bool, preview_world: int | None = None
 ) -> tuple[GRPOConfig, ModelConfig, dict[str, Any]]:
     """TRL's GRPOConfig and ModelConfig, and the precision flags as asked for.
 
@@ -369,7 +380,10 @@ def _construct_configs(
     precision = {k: train_kw.get(k) for k in ("bf16", "fp16")}
     if not present:
         train_kw.update(bf16=False, fp16=False)
-    training = _construct(GRPOConfig, train_kw, "training")
+    cls: type[GRPOConfig] = GRPOConfig
+    if preview_world:
+        cls = type("GRPOConfig", (_PreviewGRPOConfig,), {"preview_world_size": preview_world})
+    training = _construct(cls, train_kw, "training")
     for key, value in precision.items():
         setattr(training, key, value)
     return training, _construct(ModelConfig, model_kw, "model"), precision

@@ -26,8 +26,8 @@ def precision(training: GRPOConfig) -> str:
 def summary(resolved: Resolved) -> dict[str, Any]:
     """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
     s, t, m = resolved.script, resolved.training, resolved.model
-    world = processes(resolved)
-    completions = distributed.effective_batch(t, world)
+    record = distributed.processes_record(t)  # a --dry-run --world_size N config counts N processes
+    world, completions = record["processes"], record["effective_batch"]
     quant: Any = "none"
     if m.load_in_4bit:
         quant = {
@@ -68,8 +68,7 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "num_generations": t.num_generations,
             "effective_completions_per_step": completions,
             "effective_prompts_per_step": completions // t.num_generations,
-            # TRL's default counts every process; a preview scales this process's figure
-            "generation_batch_size": t.generation_batch_size * world // max(t.world_size, 1),
+            "generation_batch_size": t.generation_batch_size,
             "steps_per_generation": t.steps_per_generation,
         },
         "rollout": _rollout_summary(s, completions, t.num_generations),
@@ -89,12 +88,6 @@ def summary(resolved: Resolved) -> dict[str, Any]:
         "notes": resolved.notes,
         **resolved.changed,
     }
-
-
-def processes(resolved: Resolved) -> int:
-    """How many processes the run has (torchrun or accelerate launch started them), or the number
-    ``--dry-run --world_size N`` previews."""
-    return resolved.script.world_size or max(resolved.training.world_size, 1)
 
 
 def _rollout_summary(script: ScriptArguments, samples: int, generations: int) -> dict[str, Any]:

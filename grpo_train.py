@@ -231,8 +231,9 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 
     None when ``output_dir`` already holds the finished run (then only ``--merge`` has work to do).
     """
-    distributed.setup(resolved.training)
-    run = run or plan(resolved)
+    if run is None:  # _main set up the processes before its plan()
+        distributed.setup(resolved.training)
+        run = plan(resolved)
     if run.done:
         logger.info("the run in %s is complete (max_steps %d): nothing to train", run.out, resolved.training.max_steps)
         if resolved.script.merge and distributed.is_main():
@@ -249,7 +250,9 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 
 def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     prepare(resolved, run)
-    tokenizer, model = load_tokenizer(run.source, resolved), load_model(run.source, resolved)
+    tokenizer = load_tokenizer(run.source, resolved)
+    log_memory_estimate(resolved, run.source, tokenizer)
+    model = load_model(run.source, resolved)
     train_dataset = dataset(resolved, run, model, tokenizer)
     # Full games on held-out secrets before training, to compare with after (reused on --resume).
     skip = resolved.script.skip_eval
@@ -279,13 +282,19 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         if warning:
             logger.warning(warning)
     offline_wandb_unless_logged_in(resolved)
-    estimate = memory.preflight(resolved) if distributed.is_main() else {}  # every process holds the same
+    if resolved.script.torch_threads:
+        torch.set_num_threads(resolved.script.torch_threads)
+
+
+def log_memory_estimate(resolved: Resolved, source: str, tokenizer) -> None:
+    """The --dry-run estimate, logged before the weights load; every process holds the same, so the main one says it."""
+    if not distributed.is_main():
+        return
+    estimate = memory.preflight(resolved, source, tokenizer)
     if "warning" in estimate:
         logger.warning("memory: %s", estimate["warning"])
     elif "peak_gb" in estimate:
         logger.info("memory estimate: peak %.2f GB per device (%s)", estimate["peak_gb"], estimate["assumes"])
-    if resolved.script.torch_threads:
-        torch.set_num_threads(resolved.script.torch_threads)
 
 
 def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset:

@@ -89,6 +89,20 @@ def rss_bytes() -> int:
         return peak_rss_bytes()
 
 
+def memory_limit(device: str) -> tuple[int, str] | None:
+    """How much memory ``device`` has here, and what that figure is; None when it is absent."""
+    if device in ("cuda", "rocm") and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, f"{torch.cuda.get_device_name(0)} total memory"
+    if device == "mps" and torch.backends.mps.is_available():
+        try:
+            return torch.mps.recommended_max_memory(), "MPS recommended maximum working set"
+        except RuntimeError:  # torch built without MPS support (a mocked MPS in tests)
+            return None
+    if device == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "system RAM"
+    return None
+
+
 class MpsCacheCallback(TrainerCallback):
     """Every ``every`` optimizer steps, wait for MPS work to finish and release its cached memory.
 

@@ -30,19 +30,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from huggingface_hub import try_to_load_from_cache
 from transformers import TrainerCallback
 
 from training.config import ConfigError, Resolved
 from training.data import make_row
-from training.device import memory_in_use, rss_bytes
+from training.device import memory_in_use, memory_limit, rss_bytes
 from training.modeling import load_tokenizer, model_source
 from training.rollout import SLOTS
 from wordle import MAX_GUESSES, history_for
@@ -222,23 +220,9 @@ def peak(parts: dict[str, int], vllm_sleeps: bool = False) -> int:
     return fixed + parts["vllm"] + max(loss, parts["kv cache"])
 
 
-def device_limit(device: str) -> tuple[int, str] | None:
-    """How much memory ``device`` has here, and what that figure is; None when it is absent."""
-    if device in ("cuda", "rocm") and torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).total_memory, f"{torch.cuda.get_device_name(0)} total memory"
-    if device == "mps" and torch.backends.mps.is_available():
-        try:
-            return torch.mps.recommended_max_memory(), "MPS recommended maximum working set"
-        except RuntimeError:  # torch built without MPS support (a mocked MPS in tests)
-            return None
-    if device == "cpu":
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "system RAM"
-    return None
-
-
 def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
     """What ``--dry-run`` prints under ``memory_estimate``: the peak, its parts (largest first), the limit."""
-    limit = device_limit(device)
+    limit = memory_limit(device)
     parts = estimate(shape, run, runtime, limit[0] if limit else None)
     total = peak(parts, run.vllm_sleep)
     assumes = (
@@ -303,14 +287,16 @@ def longest_prompt_tokens(tokenizer) -> int:
     return len(encoded["input_ids"])
 
 
-def preflight(resolved: Resolved) -> dict[str, Any]:
+def preflight(resolved: Resolved, source: str | None = None, tokenizer: Any = None) -> dict[str, Any]:
     """The estimate for a resolved run, from the model's config.json and tokenizer alone (no weights
-    load). A hub model must be in the local cache; otherwise this says so instead of downloading."""
+    load). A hub model must be in the local cache; otherwise this says so instead of downloading.
+    A run passes the ``source`` and ``tokenizer`` it already has; a dry run finds them here."""
     name = resolved.model.model_name_or_path
-    try:
-        source = model_source(name)
-    except ConfigError as err:
-        return {"unavailable": str(err)}
+    if source is None:
+        try:
+            source = model_source(name)
+        except ConfigError as err:
+            return {"unavailable": str(err)}
     if Path(source).is_dir():
         config_path: Any = Path(source) / "config.json"
     else:
@@ -321,7 +307,7 @@ def preflight(resolved: Resolved) -> dict[str, Any]:
         shape = Shape.from_config(json.loads(Path(config_path).read_text()))
     except (KeyError, ValueError) as err:
         return {"unavailable": f"{config_path} is not a decoder-only config the estimate knows ({err})"}
-    prompt = longest_prompt_tokens(load_tokenizer(source, resolved))
+    prompt = longest_prompt_tokens(tokenizer or load_tokenizer(source, resolved))
     runtime = rss_bytes() if resolved.script.device == "cpu" else 0
     return report(shape, run_settings(resolved, prompt), resolved.script.device, runtime)
 
@@ -369,7 +355,7 @@ class RollbackAdvisor(TrainerCallback):
     @classmethod
     def for_run(cls, resolved: Resolved) -> RollbackAdvisor:
         t = resolved.training
-        limit = device_limit(resolved.script.device)
+        limit = memory_limit(resolved.script.device)
         return cls(
             max_completion_length=t.max_completion_length,
             num_generations=t.num_generations,

@@ -190,7 +190,7 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
     script, seed = resolved.script, resolved.training.seed
     path = Path(script.dataset) if script.dataset else run.out / ROWS_FILE
     if script.rollout == "game" and run.rows is None and not script.dataset:
-        rows = [make_row(secret, []) for secret in train_secrets()]
+        rows = [make_row(secret, []) for secret in train_secrets(script.secrets)]
         logger.info("game mode: %d start states, every training secret from its first guess", len(rows))
     elif run.rows is not None:
         rows = run.rows
@@ -199,7 +199,13 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
         rows = load_rows(path)  # written by this run: a failure here is a bug, not bad input
         logger.info("reloaded the run's %d game states from %s", len(rows), path)
     else:
-        rows = build_rows(script.train_rows, seed=seed, explore=script.explore, progress=distributed.is_main())
+        rows = build_rows(
+            script.train_rows,
+            seed=seed,
+            secrets=train_secrets(script.secrets),
+            explore=script.explore,
+            progress=distributed.is_main(),
+        )
         if distributed.is_main():
             save_rows(rows, path)
         logger.info("built %d game states (seed %d) and saved them to %s", len(rows), seed, path)
@@ -316,7 +322,8 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
     script = resolved.script
     n_check = script.game_eval_games
-    held_out = HeldOutCheck(select_secrets(n_check), spread(train_secrets(), n_check), resolved.decoding)
+    train = spread(train_secrets(resolved.script.secrets), n_check)
+    held_out = HeldOutCheck(select_secrets(n_check), train, resolved.decoding)
     return WordleGRPOTrainer(
         rollout=GameRollout() if script.rollout == "game" else None,
         held_out=held_out if script.game_eval_steps else None,

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+import grpo_train
+from training.config import ConfigError, resolve
 from training.data import build_rows, drop_long_prompts, load_rows, save_rows, validate_rows
 from wordle import EVAL_SIZE, MAX_GUESSES, answers, eval_secrets, history_for, parse_history, score_guess, train_secrets
 
@@ -23,6 +25,23 @@ def test_held_out_secrets_are_fixed_and_disjoint_from_training():
     assert len(held) + len(train_secrets()) == len(answers())
     # Pinned: changing the split silently would invalidate every reported evaluation.
     assert held[:5] == ("ABBEY", "ABIDE", "ABOVE", "ADMIN", "ADULT")
+
+
+def test_the_training_secrets_split_into_two_disjoint_halves():
+    sft, rl = train_secrets("sft"), train_secrets("rl")
+    assert not set(sft) & set(rl) and set(sft) | set(rl) == set(train_secrets())
+    assert abs(len(sft) - len(rl)) <= 1
+    with pytest.raises(ValueError, match="unknown part of the training secrets 'half'"):
+        train_secrets("half")
+
+
+def test_built_rows_and_game_starts_come_from_the_chosen_half(tmp_path):
+    resolved = resolve(["--profile", "cpu", "--output_dir", str(tmp_path)])
+    assert resolved.script.secrets == "rl"  # the embedded model's profile section: the half its SFT never saw
+    rows = grpo_train.training_rows(resolved, grpo_train.plan(resolved))
+    assert {r["secret"] for r in rows} <= set(train_secrets("rl"))
+    with pytest.raises(ConfigError, match="unknown part of the training secrets 'half' in --secrets"):
+        resolve(["--profile", "cpu", "--secrets", "half"])
 
 
 def test_no_training_row_uses_a_held_out_secret(rows):

@@ -290,7 +290,9 @@ def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, mon
     monkeypatch.setattr(tinymodel.build, "game_rows", spy_rows)
     monkeypatch.setattr(tinymodel.build, "evaluate_model", spy_eval)
     out = build(tmp_path / "ci", scale="ci", seed=1)
-    assert seen["train"] == train_secrets()
+    # SFT learns from one half of the training secrets; the profile's GRPO plays the other.
+    assert seen["train"] == train_secrets("sft")
+    assert not set(seen["train"]) & set(train_secrets("rl"))
     assert set(seen["eval"]) <= set(eval_secrets())
     assert not set(seen["train"]) & set(eval_secrets())
     info = json.loads((out / "build_info.json").read_text())

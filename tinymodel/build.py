@@ -33,7 +33,7 @@ from wordle import Solver, train_secrets
 logger = logging.getLogger(__name__)
 
 # Recorded in build_info.json: bump when the recipe changes.
-RECIPE_VERSION = 4
+RECIPE_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +117,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
 def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
-    Every training row comes from game states of ``wordle.train_secrets()``; the scores in
+    Every training row comes from game states of ``wordle.train_secrets("sft")``; the scores in
     build_info.json are measured on game states of the held-out ``eval_secrets()``.
     """
     if scale not in SCALES:
@@ -134,7 +134,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
 
     # One pass over fresh rows: data is cheap here, compute is not.
-    rows = game_rows(spec.steps * spec.batch_size, rng, solver, train_secrets())
+    rows = game_rows(spec.steps * spec.batch_size, rng, solver, train_secrets("sft"))
     logger.info("built %d game states in %.0f s", len(rows), time.monotonic() - started)
 
     encoded = encode(tokenizer, rows)
@@ -174,7 +174,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "seed": seed,
         "parameters": n_params,
         "vocab_size": len(tokenizer),
-        "train_secrets": "wordle.train_secrets()",
+        "train_secrets": 'wordle.train_secrets("sft")',
         "train_states": len(rows),
         "steps": steps,
         "max_steps": spec.steps,

@@ -67,6 +67,14 @@ class ScriptArguments:
         },
     )
     train_rows: int = field(default=2000, metadata={"help": "game states to build when no dataset file is given"})
+    secrets: str = field(
+        default="all",
+        metadata={
+            "help": "the training secrets that built rows, game starts and the held-out check's training set come "
+            "from: all, or a half, sft or rl (the embedded model's SFT learnt from sft, so its profile section "
+            "trains on rl)"
+        },
+    )
     explore: float = field(
         default=0.3, metadata={"help": "share of exploratory (non-solver) guesses in built game histories"}
     )

@@ -30,6 +30,7 @@ from training.arguments import ScriptArguments, available_profiles
 from training.rollout import SLOTS
 from wordle.completion import guess_regex
 from wordle.decoding import Decoding
+from wordle.words import TRAIN_PARTS
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +256,8 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     _check_ranges(script, train_kw, model_kw)
     _constrain_vllm(script, train_kw, notes)
     _rewards(script, train_kw, notes)
+    if script.secrets not in TRAIN_PARTS:
+        raise _unknown("part of the training secrets", script.secrets, list(TRAIN_PARTS), "--secrets")
     _check_launch(script, train_kw)
     present = _check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
     training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)

@@ -99,11 +99,24 @@ def eval_secrets() -> tuple[str, ...]:
     return tuple(sorted(sorted(answers(), key=_split_rank)[:EVAL_SIZE]))
 
 
+# Halves of the training secrets (every other one, in list order): the embedded model's supervised
+# start learns from "sft" and its GRPO plays "rl", secrets the start has not memorised.
+TRAIN_PARTS = ("all", "sft", "rl")
+
+
 @functools.cache
-def train_secrets() -> tuple[str, ...]:
-    """Every answer that is not held out, in list order."""
+def train_secrets(part: str = "all") -> tuple[str, ...]:
+    """Every answer that is not held out, in list order; ``part`` "sft" or "rl" is every other one.
+
+    Why halves: a model fitted on games of a secret learns which feedback leads to that word, so RL on
+    the same secrets rewards recall, which held-out games cannot use. On the embedded model, GRPO on
+    secrets its SFT saw left held-out play flat in 26 tries; on the half it did not see, it lifted it
+    (docs/research-log.md, e27)."""
+    if part not in TRAIN_PARTS:
+        raise ValueError(f"unknown part of the training secrets {part!r}; valid: {', '.join(TRAIN_PARTS)}")
     held_out = set(eval_secrets())
-    return tuple(w for w in answers() if w not in held_out)
+    every = tuple(w for w in answers() if w not in held_out)
+    return {"all": every, "sft": every[::2], "rl": every[1::2]}[part]
 
 
 def spread(words: tuple[str, ...], n: int | None = None) -> tuple[str, ...]:

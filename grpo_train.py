@@ -185,13 +185,15 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
     """Rows from --dataset (validated by ``plan``, or built and saved there), else built and kept in output_dir.
 
     Keeping the built rows lets --resume continue on exactly the data the run started with. In game
-    mode a row is a start state: by default every training secret with no guesses yet.
+    mode a row is a start state: by default every secret of ``--secrets`` with no guesses yet.
     """
     script, seed = resolved.script, resolved.training.seed
     path = Path(script.dataset) if script.dataset else run.out / ROWS_FILE
     if script.rollout == "game" and run.rows is None and not script.dataset:
         rows = [make_row(secret, []) for secret in train_secrets(script.secrets)]
-        logger.info("game mode: %d start states, every training secret from its first guess", len(rows))
+        logger.info(
+            "game mode: %d start states, every training secret (%s) from its first guess", len(rows), script.secrets
+        )
     elif run.rows is not None:
         rows = run.rows
         logger.info("loaded %d game states from %s", len(rows), path)
@@ -322,7 +324,7 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
     script = resolved.script
     n_check = script.game_eval_games
-    train = spread(train_secrets(resolved.script.secrets), n_check)
+    train = spread(train_secrets(script.secrets), n_check)
     held_out = HeldOutCheck(select_secrets(n_check), train, resolved.decoding)
     return WordleGRPOTrainer(
         rollout=GameRollout() if script.rollout == "game" else None,

@@ -369,7 +369,7 @@ def test_shipped_model_is_small_and_built_from_training_secrets_only():
     assert (MODEL_DIR / "model.safetensors").is_file()
     info = json.loads((MODEL_DIR / "build_info.json").read_text())
     assert info["scale"] == "full" and info["recipe_version"] == RECIPE_VERSION
-    assert info["train_secrets"] == "wordle.train_secrets()"
+    assert info["train_secrets"] == 'wordle.train_secrets("sft")'
     assert info["eval_secrets"] == "wordle.eval_secrets()"
     assert info["eval"]["games"] == 300 and not info["stopped_early"]
 

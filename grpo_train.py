@@ -324,8 +324,8 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
     script = resolved.script
     n_check = script.game_eval_games
-    train = spread(train_secrets(script.secrets), n_check)
-    held_out = HeldOutCheck(select_secrets(n_check), train, resolved.decoding)
+    played = spread(train_secrets(script.secrets), n_check)  # the training secrets beside the held-out ones
+    held_out = HeldOutCheck(select_secrets(n_check), played, resolved.decoding)
     return WordleGRPOTrainer(
         rollout=GameRollout() if script.rollout == "game" else None,
         held_out=held_out if script.game_eval_steps else None,

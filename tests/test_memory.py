@@ -180,9 +180,8 @@ def test_colocated_vllm_reserves_its_share_awake_or_only_while_generating():
     fixed = awake["runtime"] + awake["weights"] + awake["trainable state"]
     assert peak(awake) == fixed + 4 * GB + awake["activations"] + awake["logits"]
     asleep = estimate(SMALL, Run(vllm_fraction=0.25, vllm_sleep=True), device_bytes=16 * GB)
-    assert (
-        peak(asleep, vllm_sleeps=True) == fixed + 4 * GB
-    )  # the loss runs while vLLM sleeps, and needs less than its 4 GB
+    # the loss runs while vLLM sleeps, and needs less than its 4 GB
+    assert peak(asleep, vllm_sleeps=True) == fixed + 4 * GB
 
 
 @pytest.mark.parametrize(("config", "mode"), [("colocate", "colocate"), ("server", "server")])

@@ -40,7 +40,7 @@ from evaluation.report import (
     rich_table,
     write_json,
 )
-from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
+from evaluation.run import SPLITS, evaluate_baselines, evaluate_model, select_secrets
 from training.cli import help_requested, run_cli
 from training.config import CONFIG_FILE, TINY, ConfigError
 from training.modeling import load_for_inference
@@ -65,6 +65,13 @@ class EvalArguments:
         default=None,
         metadata={
             "help": "games to play, spread over the 300 held-out secrets (default: the adapter's run's, else 300)"
+        },
+    )
+    split: str = field(
+        default="heldout",
+        metadata={
+            "help": "the secrets to play: heldout (the 300 that report results) or val (the 202 validation secrets "
+            "that settings are chosen on; no training plays them)"
         },
     )
     sample: bool = field(default=False, metadata={"help": "sample replies (default: greedy)"})
@@ -126,6 +133,8 @@ def parse(argv: list[str]) -> EvalArguments:
     apply_run_config(args)
     if args.constrain is not None and args.constrain not in CONSTRAIN_CHOICES:
         raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
+    if args.split not in SPLITS:
+        raise ConfigError(f"unknown --split {args.split!r}; valid: {', '.join(SPLITS)}")
     if args.games < 1:
         raise ConfigError(f"--games must be at least 1, got {args.games}")
     if args.batch_size < 1:
@@ -168,7 +177,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     model, tokenizer = load_for_inference(args.model, args.adapter, device=args.device)
-    secrets = select_secrets(args.games)
+    secrets = select_secrets(args.games, args.split)
     label = "model" if args.adapter is None else "model + adapter"
     try:
         results = evaluate_model(

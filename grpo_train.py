@@ -65,7 +65,7 @@ from training.config import (
 from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
-from training.rollout import SLOTS, GameRollout, HeldOutCheck
+from training.rollout import SLOTS, GameRollout, GameCheck
 from training.summary import eval_settings, to_yaml
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
@@ -324,12 +324,11 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
     script = resolved.script
     n_check = script.game_eval_games
-    played = spread(train_secrets(script.secrets), n_check)  # the training secrets beside the held-out ones
-    held_out = HeldOutCheck(select_secrets(n_check), played, resolved.decoding)
+    check = GameCheck(spread(train_secrets("val"), n_check), select_secrets(n_check), resolved.decoding)
     return WordleGRPOTrainer(
         rollout=GameRollout() if script.rollout == "game" else None,
-        held_out=held_out if script.game_eval_steps else None,
-        held_out_steps=script.game_eval_steps,
+        check=check if script.game_eval_steps else None,
+        check_steps=script.game_eval_steps,
         model=model,
         reward_funcs=get_reward_funcs(script.rewards),
         args=resolved.training,
@@ -418,7 +417,7 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     plot_guess_histogram(results, directory / "guesses.png")
     plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
-    plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png")
+    plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png", final=after.win_rate)
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
     (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
     console().print(rich_table(results, title=f"Before and after training, {after.metrics['games']} full games"))

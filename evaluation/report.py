@@ -384,31 +384,33 @@ def plot_reward_curves(
     return None if fig is None else _save(fig, path)
 
 
-def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]]) -> Figure | None:
-    """Win rate against training steps: the periodic greedy check on held-out secrets and on as many
-    training secrets (their gap is a prior over which words are secrets, not skill), and in game mode
-    the sampled training games of each step, averaged over a window. None without a periodic check."""
+def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]], final: float | None = None) -> Figure | None:
+    """Win rate against training steps: the periodic greedy check on validation secrets (what settings
+    are chosen on) and its inconsistent-guess rate, the held-out secrets of the same check drawn faintly
+    (reported, never chosen on), ``final``, the after-table's held-out win rate, as one marked point,
+    and in game mode the sampled training games of each step, averaged over a window. None without a
+    periodic check."""
     history = [h for h in load_log_history(source) if "step" in h]
-    checks = [h for h in history if "heldout/win_rate" in h]
+    checks = [h for h in history if "val/win_rate" in h]
     if not checks:
         return None
     fig = _figure(figsize=(8, 4.5))
     ax = fig.subplots()
     steps = [h["step"] for h in checks]
+    ax.plot(steps, [h["val/win_rate"] for h in checks], "o-", color=TRAINED_COLOUR, label="validation secrets, greedy")
+    if all("val/inconsistent_rate" in h for h in checks):
+        ax.plot(
+            steps,
+            [h["val/inconsistent_rate"] for h in checks],
+            "s--",
+            color=PLAYER_COLOURS["before"],
+            label="validation: inconsistent guesses",
+        )
     ax.plot(
-        steps,
-        [h["heldout/win_rate"] for h in checks],
-        "o-",
-        color=PLAYER_COLOURS["before"],
-        label="held-out secrets, greedy",
+        steps, [h["heldout/win_rate"] for h in checks], ":", color="grey", alpha=0.6, label="held-out secrets, greedy"
     )
-    ax.plot(
-        steps,
-        [h["heldout/train_win_rate"] for h in checks],
-        "s--",
-        color=TRAINED_COLOUR,
-        label="training secrets, greedy",
-    )
+    if final is not None:
+        ax.plot([steps[-1]], [final], "*", ms=14, color="black", label=f"held-out, final evaluation ({final:.1%})")
     sampled = [(h["step"], h["game/win_rate"]) for h in history if "game/win_rate" in h]
     if sampled:
         window = max(1, len(sampled) // 20)
@@ -421,7 +423,9 @@ def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]]) -> Figu
     return fig
 
 
-def plot_learning_curve(source: str | Path | Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+def plot_learning_curve(
+    source: str | Path | Sequence[dict[str, Any]], path: str | Path, final: float | None = None
+) -> Path | None:
     """:func:`learning_curve_figure` saved as a PNG at ``path``; None (and no file) without a periodic check."""
-    fig = learning_curve_figure(source)
+    fig = learning_curve_figure(source, final)
     return None if fig is None else _save(fig, path)

@@ -20,17 +20,23 @@ from typing import Any
 from evaluation.metrics import compute_metrics
 from evaluation.play import ModelPlayer, RandomAllowedPlayer, RandomCandidatePlayer, SolverPlayer
 from evaluation.report import PlayerResult
-from wordle import eval_secrets, spread
+from wordle import eval_secrets, spread, train_secrets
 from wordle.decoding import GREEDY, Constrain, Decoding
 from wordle.game import Player, play
 
 logger = logging.getLogger(__name__)
 
 
-def select_secrets(games: int | None = None) -> tuple[str, ...]:
-    """``games`` of the held-out secrets, evenly spread over the alphabetical list (all 300 by default),
-    so that a short evaluation is not all words starting with A."""
-    return spread(eval_secrets(), games)
+SPLITS = ("heldout", "val")
+
+
+def select_secrets(games: int | None = None, split: str = "heldout") -> tuple[str, ...]:
+    """``games`` of the held-out secrets (or of the validation secrets, ``split="val"``), evenly spread
+    over the alphabetical list (all of them by default), so that a short evaluation is not all words
+    starting with A."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    return spread(eval_secrets() if split == "heldout" else train_secrets("val"), games)
 
 
 def evaluate_player(

@@ -70,9 +70,9 @@ class ScriptArguments:
     secrets: str = field(
         default="all",
         metadata={
-            "help": "the training secrets that built rows, game starts and the held-out check's training set come "
-            "from: all, or a half, sft or rl (the embedded model's SFT learnt from sft, so its profile section "
-            "trains on rl)"
+            "help": "the training secrets that built rows and game starts come from: all, or a part, sft or rl "
+            "(the embedded model's SFT learnt from sft, so its profile section trains on rl); val, the "
+            "validation secrets that --game_eval_steps plays, is in none of them"
         },
     )
     explore: float = field(
@@ -102,8 +102,8 @@ class ScriptArguments:
     game_eval_steps: int = field(
         default=0,
         metadata={
-            "help": "every N steps, play game_eval_games held-out and as many training secrets greedily and log "
-            "the win rates: the learning curve (0: never)"
+            "help": "every N steps, play game_eval_games validation secrets (chosen on) and as many held-out ones "
+            "(reported only) greedily and log their rates: the learning curve (0: never)"
         },
     )
     game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})

@@ -256,8 +256,9 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     _check_ranges(script, train_kw, model_kw)
     _constrain_vllm(script, train_kw, notes)
     _rewards(script, train_kw, notes)
-    if script.secrets not in TRAIN_PARTS:
-        raise _unknown("part of the training secrets", script.secrets, list(TRAIN_PARTS), "--secrets")
+    trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
+    if script.secrets not in trainable:
+        raise _unknown("part of the training secrets", script.secrets, trainable, "--secrets")
     _check_launch(script, train_kw)
     present = _check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
     training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)

@@ -207,25 +207,25 @@ def log_game_metrics(trainer: Any, games: Sequence[Game]) -> None:
         trainer._log_metric(name, value)
 
 
-class HeldOutCheck:
-    """A cheap learning curve: greedy games on a fixed set of held-out secrets and as many training
-    secrets, so that the train/held-out gap (a prior over which words are secrets, not skill)
-    shows next to the held-out win rate."""
+class GameCheck:
+    """A cheap learning curve: greedy games on validation secrets (``train_secrets("val")``, which no
+    training plays: settings are chosen on these) and on as many held-out secrets (drawn, never
+    decided on: they only report the final figure)."""
 
-    def __init__(self, held_out: Sequence[str], train: Sequence[str], decoding: Decoding) -> None:
-        self.held_out, self.train, self.decoding = list(held_out), list(train), decoding
+    def __init__(self, validation: Sequence[str], held_out: Sequence[str], decoding: Decoding) -> None:
+        self.validation, self.held_out, self.decoding = list(validation), list(held_out), decoding
 
     def __call__(self, trainer: Any) -> dict[str, float]:
         player = PolicyPlayer(trainer, self.decoding)
         was_training = trainer.model.training
         trainer.model.eval()
         try:  # each process plays its share of the secrets
+            validation = distributed.unshard(play(player, distributed.shard(self.validation)))
             held_out = distributed.unshard(play(player, distributed.shard(self.held_out)))
-            train = distributed.unshard(play(player, distributed.shard(self.train)))
         finally:
             trainer.model.train(was_training)
-        rates = game_rates(held_out, prefix="heldout")
-        rates["heldout/train_win_rate"] = game_rates(train)["game/win_rate"]
+        rates = game_rates(validation, prefix="val")
+        rates["heldout/win_rate"] = game_rates(held_out)["game/win_rate"]
         return rates
 
 

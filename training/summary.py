@@ -101,9 +101,9 @@ def _rollout_summary(script: ScriptArguments, samples: int, generations: int) ->
         "samples_per_step": samples,
         "sample_layout": f"{SLOTS} turn slots x {generations} games per start state; a slot after its game ended "
         "is a masked placeholder whose rewards are all None",
-        "held_out_check": (
-            f"every {script.game_eval_steps} steps, {script.game_eval_games} held-out and {script.game_eval_games} "
-            "training secrets, greedy"
+        "game_check": (
+            f"every {script.game_eval_steps} steps, {script.game_eval_games} validation and {script.game_eval_games} "
+            "held-out secrets, greedy"
             if script.game_eval_steps
             else "off"
         ),

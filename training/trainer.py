@@ -3,8 +3,8 @@
 - Every training log gets ``peak_memory_mb``, and the progress bar writes one readable line per log.
 - ``rollout=GameRollout()`` (``--rollout game``) passes it to TRL as ``rollout_func``, hands it each
   batch's dataset rows, and samples each start state ``SLOTS x num_generations`` times in a row
-  (see ``training/rollout.py``); ``held_out=HeldOutCheck(...)`` adds a greedy held-out win rate to
-  the logs every ``held_out_steps`` steps, and at the start.
+  (see ``training/rollout.py``); ``check=GameCheck(...)`` adds greedy games on the validation and
+  held-out secrets to the logs every ``check_steps`` steps, and at the start.
 
 Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
 difference against a bare GRPOTrainer).
@@ -21,7 +21,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from training import distributed
 from training.device import memory_source, peak_memory_mb
-from training.rollout import GameRollout, HeldOutCheck, quiet_placeholder_warning
+from training.rollout import GameRollout, GameCheck, quiet_placeholder_warning
 
 
 class WordleGRPOTrainer(GRPOTrainer):
@@ -32,11 +32,11 @@ class WordleGRPOTrainer(GRPOTrainer):
         self,
         *args,
         rollout: GameRollout | None = None,
-        held_out: HeldOutCheck | None = None,
-        held_out_steps: int = 0,
+        check: GameCheck | None = None,
+        check_steps: int = 0,
         **kwargs,
     ) -> None:
-        self.game_rollout, self.held_out, self.held_out_steps = rollout, held_out, held_out_steps
+        self.game_rollout, self.check, self.check_steps = rollout, check, check_steps
         self.rollout_rows: list[dict] = []
         if rollout is not None:
             # TRL warns once that rollout_func is experimental; this project pins the TRL it was built on.
@@ -47,7 +47,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RunProgress())
-        if held_out is not None and held_out_steps:
+        if check is not None and check_steps:
             self.add_callback(_CheckAtStart(self))
 
     def _get_train_sampler(self, dataset=None):
@@ -86,8 +86,8 @@ class WordleGRPOTrainer(GRPOTrainer):
         if "loss" in logs:
             logs["peak_memory_mb"] = distributed.max_over_processes(peak_memory_mb())  # the fullest process
             step = self.state.global_step
-            if self.held_out is not None and self.held_out_steps and step % self.held_out_steps == 0:
-                logs.update(self.held_out(self))
+            if self.check is not None and self.check_steps and step % self.check_steps == 0:
+                logs.update(self.check(self))
         super().log(logs, start_time)
 
 
@@ -109,14 +109,14 @@ def trim_padding(batch: dict) -> dict:
 
 
 class _CheckAtStart(TrainerCallback):
-    """The held-out check once before the first step, so the learning curve starts at step 0."""
+    """The periodic game check once before the first step, so the learning curve starts at step 0."""
 
     def __init__(self, trainer: WordleGRPOTrainer) -> None:
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
-            self.trainer.log(self.trainer.held_out(self.trainer))
+            self.trainer.log(self.trainer.check(self.trainer))
 
 
 _GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("inconsistent_rate", "inconsistent"))
@@ -141,10 +141,10 @@ def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
         game = [f"games won {logs['game/win_rate']:.2f}"]
         game += [f"{name} {logs[f'game/{key}']:.2f}" for key, name in _GAME_PARTS if f"game/{key}" in logs]
         parts.append(" ".join(game))
-    if "heldout/win_rate" in logs:
-        parts.append(
-            f"held-out won {logs['heldout/win_rate']:.2f} (train secrets {logs['heldout/train_win_rate']:.2f})"
-        )
+    if "val/win_rate" in logs:
+        check = [f"validation won {logs['val/win_rate']:.2f}"]
+        check += [f"{name} {logs[f'val/{key}']:.2f}" for key, name in _GAME_PARTS if f"val/{key}" in logs]
+        parts.append(" ".join(check) + f" (held-out won {logs['heldout/win_rate']:.2f})")
     if "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
         parts.append(f"{logs['step_time']:.2f} s/step")
     if "peak_memory_mb" in logs:

@@ -99,24 +99,29 @@ def eval_secrets() -> tuple[str, ...]:
     return tuple(sorted(sorted(answers(), key=_split_rank)[:EVAL_SIZE]))
 
 
-# Halves of the training secrets (every other one, in list order): the embedded model's supervised
-# start learns from "sft" and its GRPO plays "rl", secrets the start has not memorised.
-TRAIN_PARTS = ("all", "sft", "rl")
+# Parts of the training secrets, in list order: the embedded model's supervised start learns from "sft"
+# (every other one), its GRPO plays "rl", and "val" (every fifth of the other half) is played by nothing
+# but the checks that choose settings; the 300 held-out secrets only report the final figure.
+TRAIN_PARTS = ("all", "sft", "rl", "val")
 
 
 @functools.cache
 def train_secrets(part: str = "all") -> tuple[str, ...]:
-    """Every answer that is not held out, in list order; ``part`` "sft" or "rl" is every other one.
+    """The training secrets of ``part``: "all" (every answer neither held out nor in "val"), "sft",
+    "rl" or "val" ("sft" and "rl" together are "all"; the three are disjoint).
 
     Why halves: a model fitted on games of a secret learns which feedback leads to that word, so RL on
     the same secrets rewards recall, which held-out games cannot use. On the embedded model, GRPO on
     secrets its SFT saw left held-out play flat in 26 tries; on the half it did not see, it lifted it
-    (docs/research-log.md, e27)."""
+    (docs/research-log.md, e27). Why "val": settings chosen on the held-out secrets would overstate the
+    final figure, so they are chosen on secrets that no training sees instead (issue 21)."""
     if part not in TRAIN_PARTS:
         raise ValueError(f"unknown part of the training secrets {part!r}; valid: {', '.join(TRAIN_PARTS)}")
     held_out = set(eval_secrets())
     every = tuple(w for w in answers() if w not in held_out)
-    return {"all": every, "sft": every[::2], "rl": every[1::2]}[part]
+    sft, val = every[::2], every[1::10]  # "sft" is the shipped model's SFT half: it must not move
+    rl = tuple(w for w in every[1::2] if w not in set(val))
+    return {"all": tuple(w for w in every if w not in set(val)), "sft": sft, "rl": rl, "val": val}[part]
 
 
 def spread(words: tuple[str, ...], n: int | None = None) -> tuple[str, ...]:

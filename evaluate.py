@@ -34,6 +34,7 @@ from evaluation.report import (
     load_log_history,
     markdown,
     pick_replays,
+    plot_by_turn,
     plot_guess_histogram,
     plot_reward_curves,
     replay_lines,
@@ -209,6 +210,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
         write_json(out / "eval.json", results, settings)
         (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
         plot_guess_histogram(results, out / "guesses.png")
+        plot_by_turn(results, out / "by_turn.png")
         if args.train_log and plot_reward_curves(args.train_log, out / "rewards.png") is None:
             logger.warning("%s holds no reward logs: no rewards.png", args.train_log)
         logger.info("wrote eval.json, eval.md and the plots to %s", out)

@@ -42,6 +42,7 @@ from evaluation.report import (
     console,
     markdown,
     markdown_table,
+    plot_by_turn,
     plot_guess_histogram,
     plot_learning_curve,
     plot_reward_curves,
@@ -416,6 +417,7 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     results = [before[0], after, *before[1:]]
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     plot_guess_histogram(results, directory / "guesses.png")
+    plot_by_turn(results, directory / "by_turn.png")
     plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
     plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png", final=after.win_rate)
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"

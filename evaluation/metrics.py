@@ -16,6 +16,7 @@ import numpy as np
 from rewards import TURN_REWARDS
 from wordle import MAX_GUESSES
 from wordle.game import Game, count
+from wordle.solver import is_consistent
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 5_000
@@ -77,6 +78,24 @@ def reward_means(games: Sequence[Game], seed: int = 0) -> dict[str, dict[str, An
     }
 
 
+def by_turn(games: Sequence[Game]) -> dict[str, dict[str, dict[str, Any]]]:
+    """For each turn from the second (the first has no feedback to contradict): the share of its valid
+    guesses that contradict the feedback so far, and that repeat an earlier guess. Shows at which
+    turn a player stops using what it was told (issue 21 asked whether long prompts dilute it)."""
+    valid, inconsistent, repeated = ([0] * (MAX_GUESSES + 1) for _ in range(3))
+    for game in games:
+        for k, (turn, history) in enumerate(zip(game.turns, game.histories(), strict=True), start=len(game.start) + 1):
+            if turn.status != "valid" or not history:
+                continue
+            valid[k] += 1
+            inconsistent[k] += not is_consistent(turn.guess, history)
+            repeated[k] += any(turn.guess == g for g, _ in history)
+    return {
+        str(k): {"inconsistent": wilson(inconsistent[k], valid[k]), "repeat": wilson(repeated[k], valid[k])}
+        for k in range(2, MAX_GUESSES + 1)
+    }
+
+
 def compute_metrics(games: Sequence[Game], seed: int = 0) -> dict[str, Any]:
     """Win rate, guesses, invalid/inconsistent/repeat rates and reward means, with 95% CIs.
 
@@ -100,5 +119,6 @@ def compute_metrics(games: Sequence[Game], seed: int = 0) -> dict[str, Any]:
         "nonword_rate": wilson(counts.nonwords, counts.turns),
         "inconsistent_rate": wilson(counts.inconsistent, counts.valid),
         "repeat_rate": wilson(counts.repeated, counts.valid),
+        "by_turn": by_turn(games),
         "rewards": reward_means(games, seed=seed),
     }

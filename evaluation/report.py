@@ -288,6 +288,39 @@ def plot_guess_histogram(results: Sequence[PlayerResult], path: str | Path) -> P
     return _save(guess_histogram_figure(results), path)
 
 
+def by_turn_figure(results: Sequence[PlayerResult]) -> Figure:
+    """Per model row (baselines left out), the share of valid guesses at each turn that contradict the
+    feedback so far (solid, with 95% intervals) and that repeat an earlier guess (dashed)."""
+    fig = _figure(figsize=(8, 4.5))
+    ax = fig.subplots()
+    for r in results:
+        turns = r.metrics.get("by_turn")
+        if r.kind == "baseline" or not turns:
+            continue
+        colour = player_colour(r.label)
+        for key, style in (("inconsistent", "o-"), ("repeat", "s--")):
+            points = [(int(k), v[key]) for k, v in turns.items() if v[key]["rate"] is not None]
+            if not points:
+                continue
+            x = [k for k, _ in points]
+            y = [w["rate"] for _, w in points]
+            err = [[w["rate"] - w["low"] for _, w in points], [w["high"] - w["rate"] for _, w in points]]
+            alpha = 1.0 if key == "inconsistent" else 0.6
+            ax.errorbar(x, y, yerr=err, fmt=style, color=colour, alpha=alpha, capsize=3, label=f"{r.label}: {key}")
+    ax.set_xticks(range(2, MAX_GUESSES + 1))
+    ax.set(xlabel="turn", ylabel="share of valid guesses", ylim=(0, 1))
+    ax.set_title("Guesses that contradict the feedback (solid) or repeat a guess (dashed), by turn")
+    ax.yaxis.set_major_formatter(lambda share, _: f"{100 * share:.0f}%")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    return fig
+
+
+def plot_by_turn(results: Sequence[PlayerResult], path: str | Path) -> Path:
+    """:func:`by_turn_figure` saved as a PNG at ``path``."""
+    return _save(by_turn_figure(results), path)
+
+
 def load_log_history(source: str | Path | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """A trainer's log history: the list itself (``trainer.state.log_history``), that list as JSON
     (grpo_train's ``eval/log_history.json``), or a ``trainer_state.json`` (or a directory holding one).

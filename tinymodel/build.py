@@ -33,7 +33,7 @@ from wordle import Solver, train_secrets
 logger = logging.getLogger(__name__)
 
 # Recorded in build_info.json: bump when the recipe changes.
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
 
 
 @dataclasses.dataclass(frozen=True)

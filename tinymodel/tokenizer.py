@@ -54,6 +54,14 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
+# A past guess that is an answer also gets one token of its own, "⟦WORD⟧", which a normalizer inserts after
+# the spelled word ("CRANE: " -> "CRANE⟦CRANE⟧: ") and the decoder drops again. Why: "not this word" is a
+# conjunction of five marked letters, which the wired bag cannot hold, and repeating a guess was the
+# largest single loss (docs/research-log.md, "Where greedy play loses"). Handed that row at inference the
+# shipped model's repeats fell from 17.5% to 6.9% (e19); replacing the letters by it lost (e20), so the
+# letters stay and the token comes beside them (recipe 6).
+PAST_OPEN, PAST_CLOSE = "⟦", "⟧"
+PAST_GUESSES = tuple(f"{PAST_OPEN}{w}{PAST_CLOSE}" for w in WORDS)
 # Printable ASCII (so A-Z are single tokens, and any reply a model writes in ASCII round-trips),
 # the whitespace the renderer uses, and the marks of wordle.prompts' notations.
 CHARACTERS = (*(chr(c) for c in range(32, 127)), "\n", "\t", "✓", "✔")
@@ -92,28 +100,38 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True) -> PreTrainedTokenizerFast:
+def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
     of ``PIECES`` or else one character, and the decoder joins tokens back without separators, so
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
-    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons.
+    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
+    adds the past-guess tokens (see ``PAST_GUESSES``); ``past_guesses=False`` is recipe 5's tokenizer.
     """
     tagged = TAGGED_LETTERS if column_tags else ()
-    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged))}
+    past = PAST_GUESSES if past_guesses else ()
+    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *past))}
     pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
+    if past_guesses:
+        pieces = f"{re.escape(PAST_OPEN)}[A-Z]{{5}}{re.escape(PAST_CLOSE)}|{pieces}"
     # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
     # so the model reads its letters next to their marks and is not primed to repeat the word.
     words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
     pieces = f"{words}|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
+    rules, dropped = [], []
+    if past_guesses:
+        rules += _past_guess_marker()
+        dropped.append(f"{re.escape(PAST_OPEN)}[A-Z]{{5}}{re.escape(PAST_CLOSE)}")
     if column_tags:
-        backend.normalizer = _column_tagger()
-        backend.decoder = decoders.Sequence([decoders.Replace(Regex(f"[{COLUMN_TAGS}]"), ""), decoders.Fuse()])
+        rules += _column_tagger()
+        dropped.append(f"[{COLUMN_TAGS}]")
+    if rules:
+        backend.normalizer = normalizers.Sequence(rules)
+    backend.decoder = decoders.Sequence([*(decoders.Replace(Regex(d), "") for d in dropped), decoders.Fuse()])
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -128,7 +146,22 @@ def build_tokenizer(column_tags: bool = True) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def _column_tagger() -> normalizers.Normalizer:
+def _past_guess_marker() -> list[normalizers.Normalizer]:
+    """Inserts ``⟦WORD⟧`` after every spelled answer that a history line starts with ("CRANE: ").
+
+    ``tokenizers`` replaces with literal text only (no back-references), so the word is copied in two
+    stages: empty brackets after an answer, then its letters one at a time, each rule matching the k-th
+    letter of the word before the brackets (131 rules: about 1 ms a prompt, against 6 ms for one rule
+    per answer)."""
+    rules = [normalizers.Replace(Regex(f"(?<={'|'.join(WORDS)}): "), f"{PAST_OPEN}{PAST_CLOSE}: ")]
+    for k in range(5):
+        for letter in (chr(c) for c in range(ord("A"), ord("Z") + 1)):
+            before = f"[A-Z]{{{k}}}{letter}[A-Z]{{{4 - k}}}{re.escape(PAST_OPEN)}[A-Z]{{{k}}}"
+            rules.append(normalizers.Replace(Regex(f"(?<={before}){re.escape(PAST_CLOSE)}"), letter + PAST_CLOSE))
+    return rules
+
+
+def _column_tagger() -> list[normalizers.Normalizer]:
     """Tags the mark of column k of every five-mark feedback line with ``COLUMN_TAGS[k]``.
 
     The rules run column by column. A mark is in column k when exactly 4 - k marked letters follow it
@@ -143,7 +176,7 @@ def _column_tagger() -> normalizers.Normalizer:
             normalizers.Replace(Regex(f"(?<={before}[A-Z])\\({re.escape(m)}\\)(?={after})"), f"({m}){tag}")
             for m in MARKS
         ]
-    return normalizers.Sequence(rules)
+    return rules
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:

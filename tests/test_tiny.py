@@ -84,7 +84,8 @@ def test_system_prompt_round_trips():
 def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
     assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
-    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", ": ", "C(-)"]  # in a history: spelled
+    # In a history: spelled, then its past-guess token ("not this word" as one row of the bag).
+    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", "⟦CRANE⟧", ": ", "C(-)"]
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -138,11 +139,32 @@ def test_prompts_are_short():
     five = history_for("ROBIN", ["SOARE", "CLINT", "BUMPH", "FOLKY", "GAWKS"])
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
-    assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
-    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too
+    assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline (none is an answer)
+    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too, then marked
     assert (
-        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 21
     )
+
+
+# Lines that start with an answer get its past-guess token; anything else is left as it was.
+PAST_GUESS_CASES = [
+    ("CRANE: C(-) R(-) A(-) N(-) E(-)", ["⟦CRANE⟧"]),  # an answer
+    ("SOARE: S(-) O(-) A(-) R(-) E(-)", []),  # an allowed word that is no answer: spelled only
+    ("SOARE: S(-) O(-) A(-) R(-) E(-)\nCRANE: C(-) R(-) A(~) N(-) E(✓)\nCRANE: C(-) R(-) A(~) N(-) E(✓)", ["⟦CRANE⟧"] * 2),
+    ("ABBEY: A(✓) B(-) B(✓) E(-) Y(-)", ["⟦ABBEY⟧"]),  # a doubled letter is copied in its column
+    ("XCRANE: C(-)", ["⟦CRANE⟧"]),  # the five letters before ": " are what counts, as in a history line
+    ("CRANE:C(-)", []),  # no space: not a history line
+    ("crane: c(-)", []),  # answers are upper case only
+    ("<think>CRANE</think><guess>CRANE</guess>", []),  # a reply is untouched
+]
+
+
+@pytest.mark.parametrize(("text", "marks"), PAST_GUESS_CASES)
+def test_a_spelled_past_answer_gets_its_own_token(text, marks):
+    tokens = TOKENIZER.tokenize(text)
+    assert [t for t in tokens if t.startswith("⟦")] == marks
+    assert round_trips(TOKENIZER, text)  # the decoder drops the marks: prompts still decode to themselves
+    assert "⟦" not in "".join(build_tokenizer(past_guesses=False).tokenize(text))  # recipe 5's tokenizer
 
 
 # --- chat template --------------------------------------------------------------------------------

@@ -324,6 +324,12 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
 
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
     script = resolved.script
+    suppress = getattr(model.generation_config, "suppress_tokens", None)
+    if suppress and not resolved.training.use_vllm:
+        # TRL builds its generation config from generation_kwargs alone, and the evaluation honours the
+        # model's own list (evaluation.play.ModelPlayer): training samples as it will be judged.
+        kwargs = resolved.training.generation_kwargs or {}
+        resolved.training.generation_kwargs = {"suppress_tokens": list(suppress), **kwargs}
     n_check = script.game_eval_games
     check = GameCheck(spread(train_secrets("val"), n_check), select_secrets(n_check), resolved.decoding)
     return WordleGRPOTrainer(

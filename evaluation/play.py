@@ -106,6 +106,8 @@ class ModelPlayer:
             eos_token_id=self._eos_ids(),
             use_cache=True,
             disable_compile=True,
+            # Tokens the model itself says it never writes (the embedded model: those only prompts use).
+            suppress_tokens=getattr(self.model.generation_config, "suppress_tokens", None),
             **self.decoding.generation_kwargs(),
         )
 

@@ -27,7 +27,7 @@ from tinymodel import MODEL_DIR
 from tinymodel.bag import fit_guess_bag, wire_guess_bag
 from tinymodel.data import encode, game_rows
 from tinymodel.sft import WallClock, train
-from tinymodel.tokenizer import WORDS, build_tokenizer, save_tokenizer
+from tinymodel.tokenizer import WORDS, build_tokenizer, prompt_only_ids, save_tokenizer
 from wordle import Solver, train_secrets
 
 logger = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
         pad_token_id=tokenizer.pad_token_id,
         max_new_tokens=48,
         do_sample=False,
+        suppress_tokens=prompt_only_ids(tokenizer),
     )
     return model
 

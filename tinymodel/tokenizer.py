@@ -62,6 +62,27 @@ WORD_SET = frozenset(WORDS)
 # letters stay and the token comes beside them (recipe 6).
 PAST_OPEN, PAST_CLOSE = "⟦", "⟧"
 PAST_GUESSES = tuple(f"{PAST_OPEN}{w}{PAST_CLOSE}" for w in WORDS)
+# Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
+# them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
+# R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
+# "<guess>" (" R(✓)"), 3.8% of turns on the validation secrets (docs/research-log.md, e28).
+PROMPT_ONLY = (
+    USER,
+    ASSISTANT,
+    PAD,
+    UNK,
+    *(p for p in PIECES if p not in ("<think>", "</think>", "<guess>", "</guess>")),
+    *TAGGED_LETTERS,
+    *PAST_GUESSES,
+)
+
+
+def prompt_only_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
+    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3 and 5's lack some)."""
+    vocab = tokenizer.get_vocab()
+    return sorted(vocab[t] for t in PROMPT_ONLY if t in vocab)
+
+
 # Printable ASCII (so A-Z are single tokens, and any reply a model writes in ASCII round-trips),
 # the whitespace the renderer uses, and the marks of wordle.prompts' notations.
 CHARACTERS = (*(chr(c) for c in range(32, 127)), "\n", "\t", "✓", "✔")

@@ -22,15 +22,19 @@ def test_held_out_secrets_are_fixed_and_disjoint_from_training():
     assert len(held) == len(set(held)) == EVAL_SIZE
     assert set(held) <= set(answers())
     assert not set(held) & set(train_secrets())
-    assert len(held) + len(train_secrets()) == len(answers())
+    assert len(held) + len(train_secrets()) + len(train_secrets("val")) == len(answers())
     # Pinned: changing the split silently would invalidate every reported evaluation.
     assert held[:5] == ("ABBEY", "ABIDE", "ABOVE", "ADMIN", "ADULT")
 
 
-def test_the_training_secrets_split_into_two_disjoint_halves():
-    sft, rl = train_secrets("sft"), train_secrets("rl")
+def test_the_training_secrets_split_into_sft_rl_and_validation():
+    sft, rl, val = train_secrets("sft"), train_secrets("rl"), train_secrets("val")
     assert not set(sft) & set(rl) and set(sft) | set(rl) == set(train_secrets())
-    assert abs(len(sft) - len(rl)) <= 1
+    # Validation: secrets no training plays (settings are chosen on them), nor the held-out ones.
+    assert not set(val) & (set(train_secrets()) | set(eval_secrets()))
+    assert set(val) | set(train_secrets()) | set(eval_secrets()) == set(answers())
+    assert (len(sft), len(rl), len(val)) == (1008, 805, 202)
+    assert sft == train_secrets("sft") and val[:3] == ("ABASE", "ACORN", "ADORE")  # pinned: the shipped SFT used sft
     with pytest.raises(ValueError, match="unknown part of the training secrets 'half'"):
         train_secrets("half")
 
@@ -40,8 +44,9 @@ def test_built_rows_and_game_starts_come_from_the_chosen_half(tmp_path):
     assert resolved.script.secrets == "rl"  # the embedded model's profile section: the half its SFT never saw
     rows = grpo_train.training_rows(resolved, grpo_train.plan(resolved))
     assert {r["secret"] for r in rows} <= set(train_secrets("rl"))
-    with pytest.raises(ConfigError, match="unknown part of the training secrets 'half' in --secrets"):
-        resolve(["--profile", "cpu", "--secrets", "half"])
+    for part in ("half", "val"):  # val chooses settings: training on it would make it a training set
+        with pytest.raises(ConfigError, match=f"unknown part of the training secrets '{part}' in --secrets"):
+            resolve(["--profile", "cpu", "--secrets", part])
 
 
 def test_no_training_row_uses_a_held_out_secret(rows):

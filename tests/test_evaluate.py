@@ -24,13 +24,13 @@ from evaluation import (
     play,
     wilson,
 )
-from evaluation.metrics import reward_means
+from evaluation.metrics import by_turn, reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from rewards import REWARD_FUNCS, TURN_REWARDS
 from tinymodel.build import build
 from training.config import resolve
-from wordle import eval_secrets, normalize_word, parse_completion, score_guess
+from wordle import eval_secrets, normalize_word, parse_completion, score_guess, train_secrets
 from wordle.decoding import Decoding
 from wordle.game import GameView, format_reply
 
@@ -187,6 +187,30 @@ def test_select_secrets_spreads_over_the_held_out_list():
     few = select_secrets(10)
     assert len(set(few)) == 10 and set(few) <= set(eval_secrets()) and few[0] == eval_secrets()[0]
     assert len({w[0] for w in few}) > 5  # not all from the start of the alphabet
+    assert select_secrets(split="val") == train_secrets("val") and set(select_secrets(10, "val")) <= set(train_secrets("val"))
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        select_secrets(split="test")
+
+
+def test_inconsistent_and_repeated_guesses_by_turn_on_a_fixed_transcript():
+    def turn(k, word, secret="CRANE"):
+        return Turn(k, f"<think>x</think><guess>{word}</guess>", "valid", word, score_guess(word, secret))
+
+    games = [
+        # turn 2 contradicts SLATE's feedback (T is absent), turn 3 repeats it, turn 4 wins
+        Game("CRANE", [turn(1, "SLATE"), turn(2, "TRACE"), turn(3, "TRACE"), turn(4, "CRANE")]),
+        # a broken turn 2 is not a valid guess; turn 3 is consistent
+        Game("CRANE", [turn(1, "SLATE"), Turn(2, "broken", "format", None, None), turn(3, "CRANE")]),
+        # a game that starts mid-way counts its turns from the start's length
+        Game("CRANE", [turn(3, "TRACE")], start=(("SLATE", score_guess("SLATE", "CRANE")),) * 2),
+    ]
+    rows = by_turn(games)
+    assert list(rows) == ["2", "3", "4", "5", "6"]  # turn 1 has no feedback to contradict
+    assert (rows["2"]["inconsistent"]["k"], rows["2"]["inconsistent"]["n"]) == (1, 1)
+    assert (rows["3"]["inconsistent"]["k"], rows["3"]["inconsistent"]["n"]) == (2, 3)
+    assert (rows["3"]["repeat"]["k"], rows["3"]["repeat"]["n"]) == (1, 3)
+    assert rows["4"]["inconsistent"]["k"] == 0 and rows["5"]["inconsistent"]["rate"] is None
+    assert compute_metrics(games)["by_turn"] == rows
 
 
 # --- replays ---------------------------------------------------------------------------------------
@@ -284,6 +308,7 @@ def cli_error(capsys, *argv: str) -> str:
     [
         (["--constrain", "words"], "unknown --constrain 'words'; valid: allowed, candidates"),
         (["--games", "0"], "--games must be at least 1"),
+        (["--split", "test"], "unknown --split 'test'; valid: heldout, val"),
         (["--games", "many"], "invalid int value"),
         (["--sample", "--temperature", "0"], "--temperature must be positive"),
         (["--frobnicate", "1"], "unknown argument '--frobnicate'"),
@@ -304,7 +329,7 @@ def test_cli_writes_json_markdown_and_plots(tmp_path, tiny_ci, capsys):
     out = tmp_path / "eval"
     argv = ["--model", str(tiny_ci), "--games", "3", "--constrain", "allowed", "--out", str(out), "--replays", "1"]
     assert evaluate_cli.main(argv) == 0
-    assert {p.name for p in out.iterdir()} == {"eval.json", "eval.md", "guesses.png"}
+    assert {p.name for p in out.iterdir()} == {"eval.json", "eval.md", "guesses.png", "by_turn.png"}
     settings, results = read_json(out / "eval.json")
     assert settings["games"] == 3 and len(settings["secrets"]) == 3
     assert [r.kind for r in results] == ["model", "constrained", "baseline", "baseline", "baseline"]

@@ -169,8 +169,9 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
     for log in logs:
         assert 0 <= log["game/win_rate"] <= 1 and 0 <= log["game/invalid_rate"] <= 1
     history = full.state.log_history
-    checks = [h for h in history if "heldout/win_rate" in h]
+    checks = [h for h in history if "val/win_rate" in h]
     assert [h["step"] for h in checks] == [0, 3]  # the learning curve starts before the first step
+    assert all(0 <= h["heldout/win_rate"] <= 1 and 0 <= h["val/invalid_rate"] <= 1 for h in checks)
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in full.model.named_parameters())  # it learnt
 
     # Stop after step 2 (a checkpoint), resume to 3: step 3 plays the same games as the run straight through.

@@ -85,7 +85,7 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
     assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
     # In a history: spelled, then its past-guess token ("not this word" as one row of the bag).
-    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", "⟦CRANE⟧", ": ", "C(-)"]
+    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", "⟦CRANE⟧: ", "C(-)"]
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -140,19 +140,19 @@ def test_prompts_are_short():
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
     assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline (none is an answer)
-    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too, then marked
+    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too; its ": " is its own
     assert (
-        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 21
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
     )
 
 
 # Lines that start with an answer get its past-guess token; anything else is left as it was.
 PAST_GUESS_CASES = [
-    ("CRANE: C(-) R(-) A(-) N(-) E(-)", ["⟦CRANE⟧"]),  # an answer
+    ("CRANE: C(-) R(-) A(-) N(-) E(-)", ["⟦CRANE⟧: "]),  # an answer
     ("SOARE: S(-) O(-) A(-) R(-) E(-)", []),  # an allowed word that is no answer: spelled only
-    ("SOARE: S(-) O(-) A(-) R(-) E(-)\nCRANE: C(-) R(-) A(~) N(-) E(✓)\nCRANE: C(-) R(-) A(~) N(-) E(✓)", ["⟦CRANE⟧"] * 2),
-    ("ABBEY: A(✓) B(-) B(✓) E(-) Y(-)", ["⟦ABBEY⟧"]),  # a doubled letter is copied in its column
-    ("XCRANE: C(-)", ["⟦CRANE⟧"]),  # the five letters before ": " are what counts, as in a history line
+    ("SOARE: S(-) O(-) A(-) R(-) E(-)\nCRANE: C(-) R(-) A(~) N(-) E(✓)\nCRANE: C(-) R(-) A(~) N(-) E(✓)", ["⟦CRANE⟧: "] * 2),
+    ("ABBEY: A(✓) B(-) B(✓) E(-) Y(-)", ["⟦ABBEY⟧: "]),  # a doubled letter is copied in its column
+    ("XCRANE: C(-)", ["⟦CRANE⟧: "]),  # the five letters before ": " are what counts, as in a history line
     ("CRANE:C(-)", []),  # no space: not a history line
     ("crane: c(-)", []),  # answers are upper case only
     ("<think>CRANE</think><guess>CRANE</guess>", []),  # a reply is untouched

@@ -15,7 +15,7 @@ import datasets
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from tinymodel.tokenizer import PAST_GUESSES, WORDS
+from tinymodel.tokenizer import WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +47,6 @@ def fit_guess_bag(
     with an S; a green R in column 2 raises every word with R there), so the bag composes any number
     of feedback lines, which a transformer trained from scratch did not learn to do at this compute
     (docs/embedded-model.md, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
-
-    A past-guess token ``⟦W⟧`` (when the tokenizer has them) also pushes its own word down by one learned
-    amount shared by every answer, so that the push reaches the answers that no fitted state happened to
-    repeat; each such row is free to learn more from the states it occurs in.
     """
     generator = torch.Generator().manual_seed(seed)
     states = guess_states(encoded)
@@ -61,29 +57,18 @@ def fit_guess_bag(
     bag = torch.nn.EmbeddingBag(len(tokenizer), len(word_ids), mode="mean")
     torch.nn.init.zeros_(bag.weight)
     temperature = torch.nn.Parameter(torch.tensor(10.0))
-    past = torch.zeros(len(tokenizer), len(word_ids))  # row ⟦W⟧: 1 at W's column, fixed
-    past_ids = [tokenizer.convert_tokens_to_ids(t) for t in PAST_GUESSES if t in tokenizer.get_vocab()]
-    if past_ids:
-        past[past_ids, range(len(past_ids))] = 1.0
-    push = torch.nn.Parameter(torch.tensor(0.0))  # the shared push, softplus(push) >= 0
-    optimizer = torch.optim.Adam([bag.weight, temperature, push], lr=learning_rate)
+    optimizer = torch.optim.Adam([bag.weight, temperature], lr=learning_rate)
     for step in range(steps):
         batch = torch.randint(len(states), (batch_size,), generator=generator).tolist()
         flat = torch.tensor([t for i in batch for t in prefixes[i]])
         offsets = torch.tensor([0, *itertools.accumulate(len(prefixes[i]) for i in batch)][:-1])
-        repeats = torch.nn.functional.embedding_bag(flat, past, offsets, mode="mean")
-        logp = (temperature * (bag(flat, offsets) - torch.nn.functional.softplus(push) * repeats)).log_softmax(-1)
+        logp = (temperature * bag(flat, offsets)).log_softmax(-1)
         loss = -torch.stack([logp[k, targets[i]].mean() for k, i in enumerate(batch)]).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    logger.info(
-        "guess bag: %d steps, last loss %.3f, past-guess push %.2f",
-        steps,
-        loss.item() if steps else float("nan"),
-        torch.nn.functional.softplus(push).item(),
-    )
-    return (temperature * (bag.weight - torch.nn.functional.softplus(push) * past)).detach()
+    logger.info("guess bag: %d steps, last loss %.3f", steps, loss.item() if steps else float("nan"))
+    return (temperature * bag.weight).detach()
 
 
 @torch.no_grad()

@@ -54,14 +54,15 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
-# A past guess that is an answer also gets one token of its own, "⟦WORD⟧", which a normalizer inserts after
-# the spelled word ("CRANE: " -> "CRANE⟦CRANE⟧: ") and the decoder drops again. Why: "not this word" is a
-# conjunction of five marked letters, which the wired bag cannot hold, and repeating a guess was the
-# largest single loss (docs/research-log.md, "Where greedy play loses"). Handed that row at inference the
-# shipped model's repeats fell from 17.5% to 6.9% (e19); replacing the letters by it lost (e20), so the
-# letters stay and the token comes beside them (recipe 6).
+# A past guess that is an answer gets its own ": " token, "⟦WORD⟧: ": a normalizer marks the spelled word
+# ("CRANE: " -> "CRANE⟦CRANE⟧: ") and the decoder drops the mark again, so the prompt has as many tokens as
+# before and still decodes to itself. Why: "not this word" is a conjunction of five marked letters, which
+# the wired bag cannot hold, and repeating a guess was the largest single loss (docs/research-log.md,
+# "Where greedy play loses"). Handed that row at ": " the recipe-5 model's repeats fell from 17.5% to 6.9%
+# (e19); replacing the letters by such a token lost (e20), and an extra token between the letters and
+# ": " broke the replies (e31), so it takes the place of ": " and the letters stay (recipe 6).
 PAST_OPEN, PAST_CLOSE = "⟦", "⟧"
-PAST_GUESSES = tuple(f"{PAST_OPEN}{w}{PAST_CLOSE}" for w in WORDS)
+PAST_GUESSES = tuple(f"{PAST_OPEN}{w}{PAST_CLOSE}: " for w in WORDS)
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
 # R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
@@ -136,7 +137,7 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreT
     vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *past))}
     pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
     if past_guesses:
-        pieces = f"{re.escape(PAST_OPEN)}[A-Z]{{5}}{re.escape(PAST_CLOSE)}|{pieces}"
+        pieces = f"{re.escape(PAST_OPEN)}[A-Z]{{5}}{re.escape(PAST_CLOSE)}: |{pieces}"
     # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
     # so the model reads its letters next to their marks and is not primed to repeat the word.
     words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
@@ -168,7 +169,8 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreT
 
 
 def _past_guess_marker() -> list[normalizers.Normalizer]:
-    """Inserts ``⟦WORD⟧`` after every spelled answer that a history line starts with ("CRANE: ").
+    """Inserts ``⟦WORD⟧`` after every spelled answer that a history line starts with ("CRANE: "), so
+    that "⟦CRANE⟧: " is one token.
 
     ``tokenizers`` replaces with literal text only (no back-references), so the word is copied in two
     stages: empty brackets after an answer, then its letters one at a time, each rule matching the k-th

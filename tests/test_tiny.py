@@ -20,7 +20,7 @@ from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
 from tinymodel.build import RECIPE_VERSION, SCALES, build, build_model
 from tinymodel.data import encode, game_rows, reply_text, think_text
-from tinymodel.tokenizer import CHARACTERS, CHAT_TEMPLATE, COLUMN_TAGS, WORDS, build_tokenizer
+from tinymodel.tokenizer import CHARACTERS, CHAT_TEMPLATE, COLUMN_TAGS, WORDS, build_tokenizer, prompt_only_ids
 from training.config import ConfigError
 from training.modeling import model_source
 from wordle import (
@@ -84,8 +84,7 @@ def test_system_prompt_round_trips():
 def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
     assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
-    # In a history: spelled, then its past-guess token ("not this word" as one row of the bag).
-    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", "⟦CRANE⟧: ", "C(-)"]
+    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", ": ", "C(-)"]  # in a history: spelled
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -133,38 +132,26 @@ def test_unknown_characters_become_unk(text):
     assert TOKENIZER.decode(ids, skip_special_tokens=True) == known
 
 
+def test_prompt_only_tokens_are_suppressed_and_no_reply_needs_one():
+    ids = set(prompt_only_ids(TOKENIZER))
+    assert {TOKENIZER.convert_tokens_to_ids(t) for t in (" R(✓)", "R(✓)₂", "Guess ", ": ", "<|user|>")} <= ids
+    replies = ["<think>.R..E</think><guess>CRANE</guess>", "<think>.....</think><guess>SOARE</guess>"]
+    for reply in replies:  # every token a reply is made of stays writable
+        assert not ids & set(TOKENIZER(reply + TOKENIZER.eos_token, add_special_tokens=False)["input_ids"])
+    assert len(prompt_only_ids(UNTAGGED)) < len(ids)  # recipe 3's tokenizer has no column tags
+
+
 def test_prompts_are_short():
     # Pins the fixed prompt phrases to single tokens: a renderer change that breaks them shows here.
     first = TOKENIZER.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_dict=False)
     five = history_for("ROBIN", ["SOARE", "CLINT", "BUMPH", "FOLKY", "GAWKS"])
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
-    assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline (none is an answer)
-    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too; its ": " is its own
+    assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
+    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too
     assert (
         len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
     )
-
-
-# Lines that start with an answer get its past-guess token; anything else is left as it was.
-PAST_GUESS_CASES = [
-    ("CRANE: C(-) R(-) A(-) N(-) E(-)", ["⟦CRANE⟧: "]),  # an answer
-    ("SOARE: S(-) O(-) A(-) R(-) E(-)", []),  # an allowed word that is no answer: spelled only
-    ("SOARE: S(-) O(-) A(-) R(-) E(-)\nCRANE: C(-) R(-) A(~) N(-) E(✓)\nCRANE: C(-) R(-) A(~) N(-) E(✓)", ["⟦CRANE⟧: "] * 2),
-    ("ABBEY: A(✓) B(-) B(✓) E(-) Y(-)", ["⟦ABBEY⟧: "]),  # a doubled letter is copied in its column
-    ("XCRANE: C(-)", ["⟦CRANE⟧: "]),  # the five letters before ": " are what counts, as in a history line
-    ("CRANE:C(-)", []),  # no space: not a history line
-    ("crane: c(-)", []),  # answers are upper case only
-    ("<think>CRANE</think><guess>CRANE</guess>", []),  # a reply is untouched
-]
-
-
-@pytest.mark.parametrize(("text", "marks"), PAST_GUESS_CASES)
-def test_a_spelled_past_answer_gets_its_own_token(text, marks):
-    tokens = TOKENIZER.tokenize(text)
-    assert [t for t in tokens if t.startswith("⟦")] == marks
-    assert round_trips(TOKENIZER, text)  # the decoder drops the marks: prompts still decode to themselves
-    assert "⟦" not in "".join(build_tokenizer(past_guesses=False).tokenize(text))  # recipe 5's tokenizer
 
 
 # --- chat template --------------------------------------------------------------------------------

@@ -27,14 +27,13 @@ from tinymodel import MODEL_DIR
 from tinymodel.bag import fit_guess_bag, wire_guess_bag
 from tinymodel.data import encode, game_rows
 from tinymodel.sft import WallClock, train
-from tinymodel.tokenizer import PAST_GUESSES, WORDS, build_tokenizer, prompt_only_ids, save_tokenizer
+from tinymodel.tokenizer import WORDS, build_tokenizer, prompt_only_ids, save_tokenizer
 from wordle import Solver, train_secrets
 
 logger = logging.getLogger(__name__)
 
-PAST_PUSH = 5.0  # e19's c: 5, 20 and 60 gave the same games
 # Recorded in build_info.json: bump when the recipe changes.
-RECIPE_VERSION = 6
+RECIPE_VERSION = 6  # 6: recipe 5's training, and a generation config that suppresses prompt-only tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,32 +110,9 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
         pad_token_id=tokenizer.pad_token_id,
         max_new_tokens=48,
         do_sample=False,
+        suppress_tokens=prompt_only_ids(tokenizer),
     )
     return model
-
-
-@torch.no_grad()
-def graft_past_guesses(model: Qwen2ForCausalLM) -> PreTrainedTokenizerFast:
-    """Recipe 6's last step: add the past-guess tokens (``tinymodel.tokenizer.PAST_GUESSES``) to a trained
-    recipe-5 model and return the tokenizer that writes them.
-
-    Each ``⟦W⟧: `` row is the row of ": " minus 5 x W's tied embedding (W's output vector), so layer 0's
-    mean over the prompt carries "not W" for every answer already guessed. Why grafted after SFT rather
-    than learnt: handed this row at inference, the recipe-5 model's repeats fell from 17.5% to 6.9% with
-    no training (e19: the push saturates from 5, since layer 0's RMSNorm keeps only a row's direction),
-    while a build that learnt such tokens lost the letters' information (e20). The new ids come after
-    every old one, so the model's other rows and the old token ids are untouched."""
-    tokenizer = build_tokenizer(past_guesses=True)
-    old = build_tokenizer(past_guesses=False)
-    if model.get_input_embeddings().weight.shape[0] != len(old) or old.get_vocab().items() - tokenizer.get_vocab().items():
-        raise ValueError("grafting needs a recipe-5 model: its vocabulary must be the tokenizer's without past guesses")
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    embeddings = model.get_input_embeddings().weight
-    words = tokenizer.convert_tokens_to_ids(list(WORDS))
-    past = tokenizer.convert_tokens_to_ids(list(PAST_GUESSES))
-    embeddings[past] = embeddings[tokenizer.convert_tokens_to_ids(": ")] - PAST_PUSH * embeddings[words]
-    model.generation_config.suppress_tokens = prompt_only_ids(tokenizer)
-    return tokenizer
 
 
 def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
@@ -153,7 +129,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     solver = Solver()
     rng = random.Random(seed)
 
-    tokenizer = build_tokenizer(past_guesses=False)  # recipe 5's, until the graft at the end
+    tokenizer = build_tokenizer()
     model = build_model(tokenizer, spec, seed)
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
@@ -180,7 +156,6 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     logger.info("trained %d steps, mean loss %.3f", steps, loss)
     if clock.stopped_early:
         logger.warning("training stopped early: the build's %.0f s budget ran out", spec.max_seconds)
-    tokenizer = graft_past_guesses(model)
     train_seconds = time.monotonic() - started
 
     model.eval()
@@ -198,7 +173,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "recipe_version": RECIPE_VERSION,
         "scale": scale,
         "seed": seed,
-        "parameters": sum(p.numel() for p in model.parameters()),  # with the grafted rows
+        "parameters": n_params,
         "vocab_size": len(tokenizer),
         "train_secrets": 'wordle.train_secrets("sft")',
         "train_states": len(rows),
@@ -218,49 +193,14 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     return out_dir
 
 
-def graft(source: str | Path, out_dir: str | Path) -> Path:
-    """:func:`graft_past_guesses` on the recipe-5 build in ``source``, saved to ``out_dir`` with its
-    build_info.json updated: recipe 6, and the held-out games played again."""
-    source, out_dir = Path(source), Path(out_dir)
-    info = json.loads((source / "build_info.json").read_text(encoding="utf-8"))
-    if info.get("recipe_version") != 5:
-        raise ValueError(f"{source} is recipe {info.get('recipe_version')}: grafting needs a recipe-5 build")
-    model = Qwen2ForCausalLM.from_pretrained(source, dtype=torch.float32)
-    tokenizer = graft_past_guesses(model)
-    model.eval()
-    (result,) = evaluate_model(model, tokenizer, select_secrets(info["eval"]["games"]))
-    m = result.metrics
-    info["eval"] = {"games": m["games"], "mean_guesses_won": m["mean_guesses_won"]["mean"]} | {
-        key: round(m[key]["rate"], 4) for key in ("win_rate", "format_failure_rate", "nonword_rate", "inconsistent_rate")
-    }
-    info |= {
-        "recipe_version": RECIPE_VERSION,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tokenizer),
-        "grafted_from": {"recipe_version": 5, "command": info["command"]},
-        "command": f"python -m tinymodel --graft {source} --out {out_dir}",
-    }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    save_tokenizer(tokenizer, out_dir)
-    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    return out_dir
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=MODEL_DIR, help="directory to write (default: %(default)s)")
     parser.add_argument("--scale", choices=list(SCALES), default="full")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--graft",
-        type=Path,
-        metavar="DIR",
-        help="only recipe 6's last step: graft the past-guess tokens onto the recipe-5 build in DIR, written to --out",
-    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    out = build(args.out, args.scale, args.seed) if args.graft is None else graft(args.graft, args.out)
+    out = build(args.out, args.scale, args.seed)
     info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))
     print(json.dumps(info, indent=2))
     return 0

@@ -54,19 +54,10 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
-# A past guess that is an answer gets its own ": " token, "⟦WORD⟧: ": a normalizer marks the spelled word
-# ("CRANE: " -> "CRANE⟦CRANE⟧: ") and the decoder drops the mark again, so the prompt has as many tokens as
-# before and still decodes to itself. Why: "not this word" is a conjunction of five marked letters, which
-# the wired bag cannot hold, and repeating a guess was the largest single loss (docs/research-log.md,
-# "Where greedy play loses"). Handed that row at ": " the recipe-5 model's repeats fell from 17.5% to 6.9%
-# (e19); replacing the letters by such a token lost (e20), and an extra token between the letters and
-# ": " broke the replies (e31), so it takes the place of ": " and the letters stay (recipe 6).
-PAST_OPEN, PAST_CLOSE = "⟦", "⟧"
-PAST_GUESSES = tuple(f"{PAST_OPEN}{w}{PAST_CLOSE}: " for w in WORDS)
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
 # R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
-# "<guess>" (" R(✓)"), 3.8% of turns on the validation secrets (docs/research-log.md, e28).
+# "<guess>" (" R(✓)"), 2.8% of turns on the validation secrets (docs/research-log.md, issue 21).
 PROMPT_ONLY = (
     USER,
     ASSISTANT,
@@ -74,12 +65,11 @@ PROMPT_ONLY = (
     UNK,
     *(p for p in PIECES if p not in ("<think>", "</think>", "<guess>", "</guess>")),
     *TAGGED_LETTERS,
-    *PAST_GUESSES,
 )
 
 
 def prompt_only_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
-    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3 and 5's lack some)."""
+    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3's lacks the column tags)."""
     vocab = tokenizer.get_vocab()
     return sorted(vocab[t] for t in PROMPT_ONLY if t in vocab)
 
@@ -122,38 +112,28 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreTrainedTokenizerFast:
+def build_tokenizer(column_tags: bool = True) -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
     of ``PIECES`` or else one character, and the decoder joins tokens back without separators, so
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
-    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
-    adds the past-guess tokens (see ``PAST_GUESSES``); ``past_guesses=False`` is recipe 5's tokenizer.
+    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons.
     """
     tagged = TAGGED_LETTERS if column_tags else ()
-    past = PAST_GUESSES if past_guesses else ()
-    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *past))}
+    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged))}
     pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
-    if past_guesses:
-        pieces = f"{re.escape(PAST_OPEN)}[A-Z]{{5}}{re.escape(PAST_CLOSE)}: |{pieces}"
     # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
     # so the model reads its letters next to their marks and is not primed to repeat the word.
     words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
     pieces = f"{words}|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
-    rules, dropped = [], []
-    if past_guesses:
-        rules += _past_guess_marker()
-        dropped.append(f"{re.escape(PAST_OPEN)}[A-Z]{{5}}{re.escape(PAST_CLOSE)}")
+    backend.decoder = decoders.Fuse()
     if column_tags:
-        rules += _column_tagger()
-        dropped.append(f"[{COLUMN_TAGS}]")
-    if rules:
-        backend.normalizer = normalizers.Sequence(rules)
-    backend.decoder = decoders.Sequence([*(decoders.Replace(Regex(d), "") for d in dropped), decoders.Fuse()])
+        backend.normalizer = _column_tagger()
+        backend.decoder = decoders.Sequence([decoders.Replace(Regex(f"[{COLUMN_TAGS}]"), ""), decoders.Fuse()])
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -168,23 +148,7 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreT
     return tokenizer
 
 
-def _past_guess_marker() -> list[normalizers.Normalizer]:
-    """Inserts ``⟦WORD⟧`` after every spelled answer that a history line starts with ("CRANE: "), so
-    that "⟦CRANE⟧: " is one token.
-
-    ``tokenizers`` replaces with literal text only (no back-references), so the word is copied in two
-    stages: empty brackets after an answer, then its letters one at a time, each rule matching the k-th
-    letter of the word before the brackets (131 rules: about 1 ms a prompt, against 6 ms for one rule
-    per answer)."""
-    rules = [normalizers.Replace(Regex(f"(?<={'|'.join(WORDS)}): "), f"{PAST_OPEN}{PAST_CLOSE}: ")]
-    for k in range(5):
-        for letter in (chr(c) for c in range(ord("A"), ord("Z") + 1)):
-            before = f"[A-Z]{{{k}}}{letter}[A-Z]{{{4 - k}}}{re.escape(PAST_OPEN)}[A-Z]{{{k}}}"
-            rules.append(normalizers.Replace(Regex(f"(?<={before}){re.escape(PAST_CLOSE)}"), letter + PAST_CLOSE))
-    return rules
-
-
-def _column_tagger() -> list[normalizers.Normalizer]:
+def _column_tagger() -> normalizers.Normalizer:
     """Tags the mark of column k of every five-mark feedback line with ``COLUMN_TAGS[k]``.
 
     The rules run column by column. A mark is in column k when exactly 4 - k marked letters follow it
@@ -199,7 +163,7 @@ def _column_tagger() -> list[normalizers.Normalizer]:
             normalizers.Replace(Regex(f"(?<={before}[A-Z])\\({re.escape(m)}\\)(?={after})"), f"({m}){tag}")
             for m in MARKS
         ]
-    return rules
+    return normalizers.Sequence(rules)
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:

@@ -7,21 +7,25 @@ import random
 import subprocess
 import sys
 
+import datasets
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM, Qwen2Tokenizer
 
+import grpo_train
 import tinymodel
 import tinymodel.build
+from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
 from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
 from tinymodel.build import RECIPE_VERSION, SCALES, build, build_model
 from tinymodel.data import encode, game_rows, reply_text, think_text
 from tinymodel.tokenizer import CHARACTERS, CHAT_TEMPLATE, COLUMN_TAGS, WORDS, build_tokenizer, prompt_only_ids
-from training.config import ConfigError
+from training.config import ConfigError, resolve
+from training.data import make_row
 from training.modeling import model_source
 from wordle import (
     SYSTEM_PROMPT,
@@ -282,6 +286,22 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     # Six steps of training: the reply itself may be eos at once, but the full-game path must run end to end.
     (result,) = evaluate_model(model, tokenizer, eval_secrets()[:4])
     assert result.metrics["games"] == 4 and all(len(game.turns) >= 1 for game in result.games)
+
+
+def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(ci_model)
+    tokenizer = AutoTokenizer.from_pretrained(ci_model)
+    suppressed = prompt_only_ids(tokenizer)
+    assert model.generation_config.suppress_tokens == suppressed  # written by the build, loaded like a hub model's
+    assert ModelPlayer(model, tokenizer).generation_config().suppress_tokens == suppressed
+    resolved = resolve(["--profile", "cpu", "--model", str(ci_model), "--output_dir", str(tmp_path), "--max_steps", "1"])
+    rows = datasets.Dataset.from_list([make_row(s, []) for s in train_secrets("rl")[:8]])
+    trainer = grpo_train.make_trainer(resolved, model, tokenizer, rows)
+    assert trainer.generation_config.suppress_tokens == suppressed  # TRL samples as the evaluation judges
+    # A random model's greedy reply, five tokens long, holds none of them.
+    prompt = tokenizer.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_tensors="pt")
+    output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)
+    assert not set(output[0, prompt["input_ids"].shape[1] :].tolist()) & set(suppressed)
 
 
 def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, monkeypatch):

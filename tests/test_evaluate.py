@@ -402,6 +402,7 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
         "after.json",
         "eval.md",
         "guesses.png",
+        "by_turn.png",
         "rewards.png",
         "log_history.json",
     }

@@ -450,7 +450,7 @@ def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]], final: 
         x, y = zip(*sampled)
         smooth = np.convolve(y, np.ones(window) / window, mode="valid")
         ax.plot(x[window - 1 :], smooth, color="grey", alpha=0.7, label=f"training games, sampled ({window}-step mean)")
-    ax.set(xlabel="training step", ylabel="win rate", ylim=(0, 1), title="Learning curve")
+    ax.set(xlabel="training step", ylabel="share of games (won) or of guesses", ylim=(0, 1), title="Learning curve")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     return fig

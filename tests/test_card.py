@@ -18,10 +18,13 @@ from peft import AutoPeftModelForCausalLM, LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import evaluate as evaluate_cli
+from evaluation.metrics import wilson
 from evaluation.report import (
     PLAYER_COLOURS,
     PlayerResult,
+    by_turn_figure,
     guess_histogram_figure,
+    learning_curve_figure,
     load_log_history,
     plot_guess_histogram,
     plot_reward_curves,
@@ -184,6 +187,29 @@ PLAYERS = [
 def bar_styles(results) -> dict[str, tuple]:
     [ax] = guess_histogram_figure(results).axes
     return {c.get_label(): (c.patches[0].get_facecolor(), c.patches[0].get_edgecolor()) for c in ax.containers}
+
+
+def test_learning_curve_draws_validation_and_marks_the_final_held_out_point():
+    history = [
+        {"step": step, "val/win_rate": won, "val/inconsistent_rate": 0.3, "heldout/win_rate": 0.5}
+        for step, won in ((0, 0.3), (10, 0.5))
+    ]
+    [ax] = learning_curve_figure(history, final=0.6).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "validation secrets, greedy",
+        "validation: inconsistent guesses",
+        "held-out secrets, greedy",
+        "held-out, final evaluation (60.0%)",
+    ]
+    assert learning_curve_figure([{"step": 1, "loss": 0.1}]) is None  # no periodic check: no curve
+
+
+def test_by_turn_figure_draws_model_rows_with_intervals_and_skips_baselines():
+    turns = {str(k): {key: wilson(k - 2, 10) for key in ("inconsistent", "repeat")} for k in range(2, 7)}
+    rows = [PlayerResult("after", "model", {"by_turn": turns}), PlayerResult("solver", "baseline", {"by_turn": turns})]
+    [ax] = by_turn_figure(rows).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["after: inconsistent", "after: repeat"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "4", "5", "6"]
 
 
 def test_guess_histogram_is_labelled_and_saved(tmp_path):

@@ -312,7 +312,8 @@ def by_turn_figure(results: Sequence[PlayerResult]) -> Figure:
     ax.set_title("Guesses that contradict the feedback (solid) or repeat a guess (dashed), by turn")
     ax.yaxis.set_major_formatter(lambda share, _: f"{100 * share:.0f}%")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
+    if ax.get_legend_handles_labels()[0]:  # a model with no valid guess has nothing to draw
+        ax.legend(loc="upper left", fontsize="small")
     return fig
 
 

@@ -210,6 +210,8 @@ def test_by_turn_figure_draws_model_rows_with_intervals_and_skips_baselines():
     [ax] = by_turn_figure(rows).axes
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["after: inconsistent", "after: repeat"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "4", "5", "6"]
+    empty = {k: {key: wilson(0, 0) for key in ("inconsistent", "repeat")} for k in turns}  # no valid guess
+    assert by_turn_figure([PlayerResult("after", "model", {"by_turn": empty})]).axes[0].get_legend() is None
 
 
 def test_guess_histogram_is_labelled_and_saved(tmp_path):

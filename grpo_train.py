@@ -66,7 +66,7 @@ from training.config import (
 from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
 from training.device import MpsCacheCallback
 from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
-from training.rollout import SLOTS, GameRollout, GameCheck
+from training.rollout import SLOTS, GameCheck, GameRollout
 from training.summary import eval_settings, to_yaml
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets

@@ -20,23 +20,22 @@ import time
 
 STARTED = time.perf_counter()  # before the heavy imports, which are part of a user's wall time
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import functools  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import contextlib
+import functools
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-from transformers import GenerationMixin  # noqa: E402
-from trl import GRPOTrainer  # noqa: E402
+import torch
+from transformers import GenerationMixin
+from trl import GRPOTrainer
 
-import grpo_train  # noqa: E402
-import rewards  # noqa: E402
-from training.rollout import GameCheck  # noqa: E402
+import grpo_train
+from training.rollout import GameCheck
 
 IMPORTED = time.perf_counter()
 
@@ -95,10 +94,8 @@ PARTS = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--output_dir", help="where the run writes (default: a temporary directory)")
-    ours, rest = (sys.argv[1:], []) if "--" not in sys.argv else (sys.argv[1 : sys.argv.index("--")], [])
-    if "--" in sys.argv:
-        rest = sys.argv[sys.argv.index("--") + 1 :]
-    args = parser.parse_args(ours)
+    cut = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
+    args, rest = parser.parse_args(sys.argv[1:cut]), sys.argv[cut + 1 :]
     for part in PARTS:
         _wrap(*part)
     with contextlib.ExitStack() as stack:

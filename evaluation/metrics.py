@@ -15,8 +15,7 @@ import numpy as np
 
 from rewards import TURN_REWARDS
 from wordle import MAX_GUESSES
-from wordle.game import Game, count
-from wordle.solver import is_consistent
+from wordle.game import Game, count, judged_guesses
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 5_000
@@ -84,12 +83,11 @@ def by_turn(games: Sequence[Game]) -> dict[str, dict[str, dict[str, Any]]]:
     turn a player stops using what it was told (issue 21 asked whether long prompts dilute it)."""
     valid, inconsistent, repeated = ([0] * (MAX_GUESSES + 1) for _ in range(3))
     for game in games:
-        for k, (turn, history) in enumerate(zip(game.turns, game.histories(), strict=True), start=len(game.start) + 1):
-            if turn.status != "valid" or not history:
-                continue
-            valid[k] += 1
-            inconsistent[k] += not is_consistent(turn.guess, history)
-            repeated[k] += any(turn.guess == g for g, _ in history)
+        for k, history, contradicts, repeats in judged_guesses(game):
+            if history:
+                valid[k] += 1
+                inconsistent[k] += contradicts
+                repeated[k] += repeats
     return {
         str(k): {"inconsistent": wilson(inconsistent[k], valid[k]), "repeat": wilson(repeated[k], valid[k])}
         for k in range(2, MAX_GUESSES + 1)

@@ -187,7 +187,9 @@ def test_select_secrets_spreads_over_the_held_out_list():
     few = select_secrets(10)
     assert len(set(few)) == 10 and set(few) <= set(eval_secrets()) and few[0] == eval_secrets()[0]
     assert len({w[0] for w in few}) > 5  # not all from the start of the alphabet
-    assert select_secrets(split="val") == train_secrets("val") and set(select_secrets(10, "val")) <= set(train_secrets("val"))
+    assert select_secrets(split="val") == train_secrets("val") and set(select_secrets(10, "val")) <= set(
+        train_secrets("val")
+    )
     with pytest.raises(ValueError, match="unknown split 'test'"):
         select_secrets(split="test")
 

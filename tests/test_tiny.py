@@ -294,7 +294,9 @@ def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, 
     suppressed = prompt_only_ids(tokenizer)
     assert model.generation_config.suppress_tokens == suppressed  # written by the build, loaded like a hub model's
     assert ModelPlayer(model, tokenizer).generation_config().suppress_tokens == suppressed
-    resolved = resolve(["--profile", "cpu", "--model", str(ci_model), "--output_dir", str(tmp_path), "--max_steps", "1"])
+    resolved = resolve(
+        ["--profile", "cpu", "--model", str(ci_model), "--output_dir", str(tmp_path), "--max_steps", "1"]
+    )
     rows = datasets.Dataset.from_list([make_row(s, []) for s in train_secrets("rl")[:8]])
     trainer = grpo_train.make_trainer(resolved, model, tokenizer, rows)
     assert trainer.generation_config.suppress_tokens == suppressed  # TRL samples as the evaluation judges

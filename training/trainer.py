@@ -21,7 +21,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from training import distributed
 from training.device import memory_source, peak_memory_mb
-from training.rollout import GameRollout, GameCheck, quiet_placeholder_warning
+from training.rollout import GameCheck, GameRollout, quiet_placeholder_warning
 
 
 class WordleGRPOTrainer(GRPOTrainer):

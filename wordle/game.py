@@ -15,7 +15,7 @@ next prompt shows only the valid guesses (see :class:`GameView`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -191,16 +191,22 @@ class GameCounts:
     repeated: int  # valid guesses already made in the game
 
 
+def judged_guesses(game: Game) -> Iterator[tuple[int, History, bool, bool]]:
+    """Each valid guess of ``game``: its turn number (the start's guesses counted), the history shown
+    before it, whether it contradicts that feedback and whether it repeats an earlier guess."""
+    for k, (turn, history) in enumerate(zip(game.turns, game.histories(), strict=True), start=len(game.start) + 1):
+        if turn.status == "valid":
+            yield k, history, not is_consistent(turn.guess, history), any(turn.guess == g for g, _ in history)
+
+
 def count(games: Sequence[Game]) -> GameCounts:
     turns = [t for g in games for t in g.turns]
     valid = inconsistent = repeated = 0
     for game in games:
-        for turn, history in zip(game.turns, game.histories(), strict=True):
-            if turn.status != "valid":
-                continue
+        for _, _, contradicts, repeats in judged_guesses(game):
             valid += 1
-            inconsistent += not is_consistent(turn.guess, history)
-            repeated += any(turn.guess == g for g, _ in history)
+            inconsistent += contradicts
+            repeated += repeats
     return GameCounts(
         games=len(games),
         wins=sum(g.won for g in games),

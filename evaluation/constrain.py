@@ -4,8 +4,8 @@ Two forms of the same grammar:
 
 - :func:`wordle.completion.guess_regex` is the reply as a regex, for TRL's ``vllm_structured_outputs_regex``.
 - :class:`GuessConstraint` builds a transformers ``LogitsProcessor`` for ``model.generate`` that
-  follows it token by token, for any tokenizer whose tokens decode the same alone as in a sequence
-  (the letter-level tiny one, byte-level BPE): the reply opens with ``<think>``; the think is free
+  follows it token by token, for any tokenizer (letter-level, byte-level BPE, SentencePiece): the
+  reply opens with ``<think>``; the think is free
   text without ``<``, so it holds no tag; a ``<`` starts ``</think><guess>``, then a listed word in
   upper case (every allowed word, or one row's own list: its game's remaining candidates),
   ``</guess>`` and eos. The think closes in time: once the tokens left only just hold
@@ -15,7 +15,8 @@ Two forms of the same grammar:
   holds ``<think></think><guess>WORD</guess>`` + eos with the longest allowed word (a smaller one is
   an error).
 
-Per tokenizer, each token's text is decoded once: the free-text tokens are one boolean vector, and
+Per tokenizer, each token's text is decoded once, as it reads inside a reply (SentencePiece writes a
+leading space as "▁" and drops it at the start of a decode, so a token alone can read otherwise): the free-text tokens are one boolean vector, and
 the tokens made only of the tail's characters go into a trie. Per word list, the grammar after the think is a character DAG (the
 words' trie, then one shared ``</guess>``); walking it in step with the token trie gives each
 state's tokens and, bottom up, the fewest tokens that finish the reply from each state.
@@ -37,6 +38,7 @@ from transformers import LogitsProcessor
 from wordle.completion import GUESS_CLOSE, GUESS_OPEN, THINK_CLOSE, THINK_OPEN, listed_words
 
 _MAX_CACHED_GRAMMARS = 4096  # word lists: a run meets many candidate lists, most of them short
+_ANCHOR = ">"  # a plain one-token text in every tokenizer met so far
 _TAIL_ALPHABET = frozenset(string.ascii_letters + THINK_CLOSE + GUESS_OPEN + GUESS_CLOSE)
 
 
@@ -79,7 +81,11 @@ class GuessConstraint:
 
     def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int]) -> None:
         self.tokenizer = tokenizer
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
+        # Every decode here starts behind one plain token whose text is then cut off: a token reads as
+        # it does inside a reply, and a reply as its tokens read one after another.
+        self.anchor = tokenizer.encode(_ANCHOR, add_special_tokens=False)[:1]
+        self.anchor_text = tokenizer.decode(self.anchor)
+        texts = self.decode([[i] for i in range(len(tokenizer))])
         # Special tokens decode to nothing: they are never free text.
         self.free = torch.tensor([bool(t) and "<" not in t for t in texts])
         self.tokens = _Tokens()  # the tokens that can be part of "</think><guess>WORD</guess>"
@@ -113,6 +119,11 @@ class GuessConstraint:
         # Every word list (a game's candidates too) is some allowed words: a budget that holds an empty
         # think and the longest allowed word holds a reply for any list.
         self.longest_reply = self.fewest_tokens(THINK_OPEN) + self.close_at(listed_words(None))
+
+    def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        """Each row of token ids as text that follows other text (special tokens decode to nothing)."""
+        texts = self.tokenizer.batch_decode([[*self.anchor, *row] for row in rows], skip_special_tokens=True)
+        return [text.removeprefix(self.anchor_text) for text in texts]
 
     def grammar(self, words: tuple[str, ...] | None) -> Grammar:
         """The grammar of ``words`` (None: every allowed word), cached: a batch repeats states."""
@@ -250,7 +261,7 @@ class GuessLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         left = self.max_new_tokens - (input_ids.shape[1] - self.prompt_len)
-        texts = self.constraint.tokenizer.batch_decode(input_ids[:, self.prompt_len :], skip_special_tokens=True)
+        texts = self.constraint.decode(input_ids[:, self.prompt_len :].tolist())
         free_rows, rows, cols = [], [], []
         for row, (grammar, text) in enumerate(zip(self.grammars, texts, strict=True)):
             free, ids = grammar.allowed(text, left)

@@ -1,5 +1,5 @@
 """Constrained decoding: the whole reply follows ``guess_regex``'s grammar token by token, for the tiny
-model's letter-level tokenizer and Qwen's byte-level BPE, whatever the weights and the budget; and a
+model's letter-level tokenizer, Qwen's byte-level BPE and Mistral's SentencePiece, whatever the weights and the budget; and a
 model's sampling generation_config never leaks into greedy evaluation."""
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ def tiny():
 def qwen(qwen_dir):
     torch.set_num_threads(1)
     return load_for_inference(str(qwen_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def mistral(mistral_dir):
+    """SentencePiece: "▁C" reads "C" alone and " C" inside a reply, so a token's text depends on where it is."""
+    torch.set_num_threads(1)
+    return load_for_inference(str(mistral_dir), device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +114,10 @@ def _prefix_of_a_reply(text: str) -> bool:
         ("qwen", "", 20, False, {"<think>", "<", "<th"}),
         ("qwen", "<think>", 20, True, {"</think>", "<", " <", ".</"}),  # some of the tokens that close it
         ("qwen", "<think>x</think><guess>", 20, False, {"C", "CR"}),
+        ("mistral", "", 20, False, {"<"}),  # "▁<" reads " <" inside a reply: not a reply's start
+        ("mistral", "<think>", 20, True, {"</", ".</", " </", "<"}),
+        ("mistral", "<think>x</think><guess>", 20, False, {"C", "CR"}),  # never "▁C", which reads " C"
+        ("mistral", "<think>x</think> <guess>", 20, None, None),
     ],
 )
 def test_grammar_allows_exactly_the_tokens_that_can_finish_a_reply(
@@ -119,23 +130,25 @@ def test_grammar_allows_exactly_the_tokens_that_can_finish_a_reply(
             grammar.allowed(text, left)
         return
     got_free, ids = grammar.allowed(text, left)
-    decoded = {EOS if i == tokenizer.eos_token_id else tokenizer.decode([i]) for i in ids.tolist()}
+    texts = constraint_of(tokenizer).decode([[i] for i in ids.tolist()])  # as each reads inside the reply
+    decoded = {EOS if i == tokenizer.eos_token_id else t for i, t in zip(ids.tolist(), texts, strict=True)}
     assert got_free == free
     assert all(t == EOS or _prefix_of_a_reply(text + t) for t in decoded)
     if model == "tiny":
         assert decoded == tokens
-    else:  # Qwen's vocabulary holds too many to list (" </", "\n<", ...): some of them
+    else:  # a real vocabulary holds too many to list (" </", "\n<", ...): some of them
         assert tokens <= decoded
 
 
 # --- whole games on random weights -----------------------------------------------------------------
 
 # The fewest tokens of "<think></think><guess>WORD</guess>" + eos with the longest allowed word: the
-# tiny tokenizer spells a non-answer letter by letter; Qwen writes <guess> and </guess> as 3 tokens each.
-LONGEST_REPLY = {"tiny": 10, "qwen": 13}
+# tiny tokenizer spells a non-answer letter by letter; Qwen writes <guess> and </guess> as 3 tokens each,
+# SentencePiece some words in 5.
+LONGEST_REPLY = {"tiny": 10, "qwen": 13, "mistral": 19}
 
 
-@pytest.mark.parametrize("model", ["tiny", "qwen"])
+@pytest.mark.parametrize("model", ["tiny", "qwen", "mistral"])
 def test_a_budget_below_the_longest_reply_is_an_error(request, constraint_of, model):
     _, tokenizer = request.getfixturevalue(model)
     constraint = constraint_of(tokenizer)
@@ -152,6 +165,8 @@ def test_a_budget_below_the_longest_reply_is_an_error(request, constraint_of, mo
         ("tiny", "candidates", True, [10, 16, 48]),
         ("qwen", "allowed", True, [13, 24]),  # Qwen samples any of 151,936 tokens: odd bytes, tags, "<"
         ("qwen", "candidates", False, [13, 24]),
+        ("mistral", "allowed", True, [19, 32]),  # sampled: "▁"-tokens are drawn, and must read in place
+        ("mistral", "candidates", True, [32]),
     ],
 )
 def test_every_constrained_reply_parses_as_a_listed_word_on_random_weights(request, model, constrain, sample, budgets):

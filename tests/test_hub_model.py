@@ -1,6 +1,11 @@
-"""The path every real user takes, offline: a Qwen2 saved beside Qwen's real tokenizer (byte-level
-BPE, a chat template with tool support, eos <|im_end|>, a 151,936-row output layer), trained,
-evaluated, merged and quantized exactly as a hub model would be (the ``qwen_dir`` fixture)."""
+"""The path every real user takes, offline, for two tokenizer families, trained, evaluated, merged and
+quantized exactly as a hub model would be:
+
+- ``qwen``: a Qwen2 beside Qwen's real tokenizer (byte-level BPE, a chat template with tool support,
+  eos <|im_end|>, a 151,936-row output layer);
+- ``mistral``: a Mistral beside Mistral-7B v0.1's real SentencePiece model (a leading space is "▁",
+  byte fallback, eos </s>) and that model's first instruct template, which refuses a system message.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import evaluate as evaluate_cli
 import grpo_train
 from evaluation.report import read_json
+from rewards import TURN_REWARDS
 from training.config import resolve
-from wordle import render_prompt
+from training.modeling import folds_system, load_tokenizer
+from wordle import SYSTEM_PROMPT, render_prompt
+
+FAMILIES = {"qwen": "<|im_end|>", "mistral": "</s>"}  # each fixture's eos
+
+
+@pytest.fixture(params=list(FAMILIES))
+def hub_dir(request):
+    """Each tokenizer family's read-only model directory, in turn."""
+    return request.getfixturevalue(f"{request.param}_dir")
+
+
+def family(path) -> str:
+    return "mistral" if "mistral" in str(path) else "qwen"
+
+
+def tokenizer_of(path):
+    return load_tokenizer(str(path), resolve(["--profile", "cpu", "--model", str(path), "--dry-run"]))
 
 # One step of 4 completions, 2 evaluation games before and after: the whole path in seconds.
 FAST = [
@@ -52,35 +75,55 @@ def trained_one_step(trainer) -> bool:
 # --- prompts and replies with the real tokenizer ----------------------------------------------------
 
 HISTORY = [("SOARE", "BBYBB"), ("CLINT", "BBYBG"), ("DIGIT", "BYBBG"), ("PUKKA", "BBBBB"), ("WHIPT", "BBGBG")]
+REPLIES = [
+    "<think></think><guess>CRANE</guess>",
+    "<think>S, O, R, A and E are out, so I try five new letters.</think><guess>CLINT</guess>",
+    (
+        "<think>S, O, R, A and E are out and T is fifth. I is in the word but not third, so I try "
+        "letters I have not used yet, with I first.</think><guess>IDIOT</guess>"
+    ),
+]
+# Tokens of the turn-1 and turn-6 prompts and of each reply (without eos), per family: what a profile's
+# max_prompt_length and max_completion_length must hold. SentencePiece spends three byte tokens on ✓.
+TOKENS = {
+    "qwen": {"prompt": [(1, 122), (6, 219)], "replies": [10, 29, 49]},
+    "mistral": {"prompt": [(1, 134), (6, 240)], "replies": [15, 33, 54]},
+}
 
 
-@pytest.mark.parametrize(("turn", "low", "high"), [(1, 115, 130), (6, 205, 230)])
-def test_prompt_token_counts(qwen_dir, turn, low, high):
-    tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
-    ids = tokenizer.apply_chat_template(
-        render_prompt(HISTORY[: turn - 1]), add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    assert low <= len(ids) <= high, len(ids)
+def test_prompt_and_reply_token_counts(hub_dir):
+    tokenizer = tokenizer_of(hub_dir)
+    counts = TOKENS[family(hub_dir)]
+    for turn, expected in counts["prompt"]:
+        ids = tokenizer.apply_chat_template(
+            render_prompt(HISTORY[: turn - 1]), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        assert len(ids) == expected, (turn, len(ids))
+    assert [len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in REPLIES] == counts["replies"]
 
 
-@pytest.mark.parametrize(
-    ("reply", "low", "high"),
-    [
-        ("<think></think><guess>CRANE</guess>", 10, 10),  # plus eos: 11
-        ("<think>S, O, R, A and E are out, so I try five new letters.</think><guess>CLINT</guess>", 22, 30),
-        (
-            (
-                "<think>S, O, R, A and E are out and T is fifth. I is in the word but not third, so I try "
-                "letters I have not used yet, with I first.</think><guess>IDIOT</guess>"
-            ),
-            45,
-            60,
-        ),
-    ],
-)
-def test_reply_token_counts(qwen_dir, reply, low, high):
-    tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
-    assert low <= len(tokenizer(reply, add_special_tokens=False)["input_ids"]) <= high
+def test_the_parser_and_every_reward_score_what_the_tokenizer_decodes(hub_dir):
+    """A reply goes through the tokenizer (tokens in training, text for the rewards): every reward scores
+    the decoded text as it scores the text, for honest replies and every hack."""
+    from test_rewards import HACKS, reply  # tests/ is on sys.path under pytest
+
+    tokenizer = tokenizer_of(hub_dir)
+    history, secret = [["CRANE", "BYBYB"]], "ROBIN"
+    texts = [reply("ROBIN"), reply("SHIRT", "R is second or later; C, A, E are out"), *HACKS.values()]
+    decoded = [tokenizer.decode(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    assert decoded == texts
+    for name, fn in TURN_REWARDS.items():
+        kwargs = {"past_guess_history": [history] * len(texts), "secret": [secret] * len(texts)}
+        assert fn(decoded, **kwargs) == fn(texts, **kwargs), name
+
+
+def test_a_template_without_a_system_role_gets_the_rules_in_the_first_user_message(hub_dir):
+    tokenizer = tokenizer_of(hub_dir)
+    text = tokenizer.apply_chat_template(render_prompt(HISTORY[:2]), add_generation_prompt=True, tokenize=False)
+    assert text.count(SYSTEM_PROMPT) == 1 and "CLINT: C(-)" in text
+    assert folds_system(tokenizer) == (family(hub_dir) == "mistral")
+    if family(hub_dir) == "mistral":
+        assert text.startswith("<s>[INST] " + SYSTEM_PROMPT + "\n\nGuess 3 of 6.") and text.endswith(" [/INST]")
 
 
 # --- the cpu profile for a hub model -----------------------------------------------------------------
@@ -104,14 +147,15 @@ def test_cpu_profile_gives_a_hub_model_its_own_settings_and_says_so(qwen_dir, ca
 # --- training, evaluation, merging ------------------------------------------------------------------
 
 
-def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(qwen_dir, tmp_path, capsys):
+def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(hub_dir, tmp_path, capsys):
+
     out = tmp_path / "out"
-    argv = [*FAST, "--model", str(qwen_dir), "--max-completion", "24", "--output_dir", str(out), "--merge", "true"]
+    argv = [*FAST, "--model", str(hub_dir), "--max-completion", "24", "--output_dir", str(out), "--merge", "true"]
     trainer = grpo_train.train(resolve(argv))
     assert trained_one_step(trainer)
     card = (out / "README.md").read_text()
     assert "[None]" not in card and "python grpo_train.py --profile cpu" in card and "| before |" in card
-    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(qwen_dir)
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(hub_dir)
     _, before = read_json(out / "eval" / "before.json")
     _, [after] = read_json(out / "eval" / "after.json")
     assert before[0].metrics["games"] == after.metrics["games"] == 2
@@ -119,7 +163,8 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(qwe
     # The merged model: a standalone model in the base's own dtype (bf16), not the profile's fp32.
     merged = AutoModelForCausalLM.from_pretrained(out / "merged", dtype="auto")
     assert merged.dtype == torch.bfloat16 and not any("lora_" in n for n, _ in merged.named_parameters())
-    assert AutoTokenizer.from_pretrained(out / "merged").eos_token == "<|im_end|>"
+    assert AutoTokenizer.from_pretrained(out / "merged").eos_token == FAMILIES[family(hub_dir)]
+    assert folds_system(load_tokenizer(str(out), resolve(argv))) == (family(hub_dir) == "mistral")
 
     # --resume on the finished run trains nothing and changes nothing.
     state = (out / "checkpoint-1" / "trainer_state.json").read_text()
@@ -141,8 +186,32 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(qwe
     assert evaluate_cli.main(argv) == 0
     assert (tmp_path / "again" / "rewards.png").is_file()
     settings, [again] = read_json(tmp_path / "again" / "eval.json")
-    assert settings["max_new_tokens"] == 24 and settings["seed"] == 5 and settings["model"] == str(qwen_dir)
+    assert settings["max_new_tokens"] == 24 and settings["seed"] == 5 and settings["model"] == str(hub_dir)
     assert [g.to_dict() for g in again.games] == [g.to_dict() for g in after.games]
+
+
+def test_hub_model_trains_in_game_mode(hub_dir, tmp_path):
+    """One game-mode step: 1 start state x 4 games of up to 6 turns, generated together."""
+    argv = [
+        *FAST,
+        "--model",
+        str(hub_dir),
+        "--max-completion",
+        "24",
+        "--rollout",
+        "game",
+        "--per_device_train_batch_size",
+        "8",
+        "--gradient_accumulation_steps",
+        "3",
+        "--skip_eval",
+        "true",
+        "--output_dir",
+        str(tmp_path / "out"),
+    ]
+    trainer = grpo_train.train(resolve(argv))
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert trainer.state.global_step == 1 and len(logs) == 1 and "rewards/game_reward/mean" in logs[0]
 
 
 def test_qlora_4bit_trains_after_the_evaluation_on_cpus_that_repack_for_inference(qwen_dir, tmp_path, monkeypatch):
@@ -179,8 +248,8 @@ def test_qlora_4bit_trains_after_the_evaluation_on_cpus_that_repack_for_inferenc
 # --- evaluate.py on the hub-model path ----------------------------------------------------------------
 
 
-def test_evaluate_plays_a_hub_model_with_and_without_the_constraint(qwen_dir, tmp_path):
-    argv = ["--model", str(qwen_dir), "--games", "2", "--max_new_tokens", "24", "--no_baselines"]
+def test_evaluate_plays_a_hub_model_with_and_without_the_constraint(hub_dir, tmp_path):
+    argv = ["--model", str(hub_dir), "--games", "2", "--max_new_tokens", "24", "--no_baselines"]
     assert evaluate_cli.main([*argv, "--constrain", "allowed", "--out", str(tmp_path / "e")]) == 0
     settings, [free, constrained] = read_json(tmp_path / "e" / "eval.json")
     assert settings["seed"] == 42  # the trainer's default seed, so a run's table and this one agree

@@ -14,6 +14,7 @@ import torch
 from huggingface_hub import HfApi, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled, RepositoryNotFoundError
 from huggingface_hub.utils import validate_repo_id
+from jinja2.exceptions import TemplateError
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from trl import get_quantization_config
@@ -85,6 +86,51 @@ def model_source(name: str) -> str:
     return name
 
 
+# Put in front of a chat template that refuses a system message (Mistral v0.1, Llama-2, Gemma 1 and 2)
+# or drops it: the rules open the first user message instead, as the later templates of those families
+# do themselves. A top-level Jinja ``set`` rebinds ``messages`` for the rest of the template, so the
+# model's own template runs unchanged, and the tokenizer saved with the adapter renders as training did.
+FOLD_SYSTEM = (
+    "{%- if messages and messages[0]['role'] == 'system' and messages | length > 1 -%}"
+    "{%- set messages = [{'role': messages[1]['role'], 'content': messages[0]['content'] + '\\n\\n' + "
+    "messages[1]['content']}] + messages[2:] -%}"
+    "{%- endif -%}"
+)
+_PROBE = "The rules of the game, as a system message."
+
+
+def renders_system(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the chat template renders a system message: asked by rendering one, not by reading the template."""
+    probe = [{"role": "system", "content": _PROBE}, {"role": "user", "content": "Guess 1 of 6."}]
+    try:
+        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except TemplateError:
+        return False
+    return _PROBE in text
+
+
+def folds_system(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the rules go into the first user message (the template was given ``FOLD_SYSTEM``)."""
+    template = tokenizer.chat_template
+    return any(t.startswith(FOLD_SYSTEM) for t in (template.values() if isinstance(template, dict) else [template]))
+
+
+def _fold_system_if_refused(tokenizer: PreTrainedTokenizerBase, source: str) -> None:
+    if folds_system(tokenizer) or renders_system(tokenizer):
+        return
+    template = tokenizer.chat_template
+    if isinstance(template, dict):  # named templates ("default", "tool_use"): each gets the same front
+        tokenizer.chat_template = {name: FOLD_SYSTEM + t for name, t in template.items()}
+    else:
+        tokenizer.chat_template = FOLD_SYSTEM + template
+    if not renders_system(tokenizer):
+        raise ConfigError(
+            f"the chat template of {source} fails on the game's prompt (a system message, then a user message), "
+            "even with the system message folded into the user's; pass a chat model whose template takes a user turn"
+        )
+    logger.info("the chat template of %s has no system role: the rules open the first user message", source)
+
+
 def load_tokenizer(source: str, resolved: Resolved) -> PreTrainedTokenizerBase:
     return _tokenizer(source, resolved.model.model_revision, resolved.training.trust_remote_code)
 
@@ -98,6 +144,7 @@ def _tokenizer(source: str, revision: str | None, trust_remote_code: bool) -> Pr
     )
     if tokenizer.chat_template is None:
         raise ConfigError(f"the tokenizer of {source} has no chat template; GRPO here needs a chat (instruct) model")
+    _fold_system_if_refused(tokenizer, source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

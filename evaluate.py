@@ -131,6 +131,8 @@ def parse(argv: list[str]) -> EvalArguments:
         raise ConfigError(f"unknown argument {rest[0]!r}; see python evaluate.py --help")
     if args.adapter is not None and not Path(args.adapter).is_dir():
         raise ConfigError(f"adapter directory {Path(args.adapter).resolve()} does not exist")
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out {args.out} is a file, not a directory: choose another --out")  # before any game
     apply_run_config(args)
     if args.constrain is not None and args.constrain not in CONSTRAIN_CHOICES:
         raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
@@ -158,7 +160,10 @@ def apply_run_config(args: EvalArguments) -> None:
     saved = Path(args.adapter) / CONFIG_FILE if args.adapter is not None else None
     run: dict = {}
     if saved is not None and saved.is_file():
-        run = yaml.safe_load(saved.read_text())["evaluation"]
+        try:
+            run = yaml.safe_load(saved.read_text())["evaluation"]
+        except (yaml.YAMLError, TypeError, KeyError):
+            raise ConfigError(f"{saved} is not a run's configuration (no evaluation section): was it edited?") from None
         logger.info("settings not given on the command line come from %s", saved)
     defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None}
     for name, default in defaults.items():

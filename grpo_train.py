@@ -34,7 +34,7 @@ import transformers
 import yaml
 from rich.console import Console
 from rich.logging import RichHandler
-from trl import get_peft_config
+from trl import GRPOConfig, get_peft_config
 
 from evaluation.metrics import compute_metrics
 from evaluation.report import (
@@ -53,19 +53,30 @@ from evaluation.report import (
 from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
 from training import distributed, memory
+from training.arguments import DASHED
 from training.card import make_adapter_config_portable, write_model_card
-from training.cli import help_requested, run_cli
+from training.cli import brief, help_requested, run_cli
 from training.config import (
     CONFIG_FILE,
     ConfigError,
     Resolved,
     ScriptArguments,
+    available_profiles,
+    load_profile,
     make_parser,
     resolve,
 )
-from training.data import build_rows, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
+from training.data import build_rows, check_reply_fits, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
 from training.device import MpsCacheCallback
-from training.modeling import check_bitsandbytes, load_model, load_tokenizer, merge_adapter, model_source
+from training.modeling import (
+    check_bitsandbytes,
+    find_tokenizer,
+    folds_system,
+    load_model,
+    load_tokenizer,
+    merge_adapter,
+    model_source,
+)
 from training.rollout import SLOTS, GameCheck, GameRollout
 from training.summary import eval_settings, to_yaml
 from training.trainer import WordleGRPOTrainer
@@ -150,6 +161,8 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     """
     script, max_steps = resolved.script, resolved.training.max_steps
     out = Path(resolved.training.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output_dir {out} is a file, not a directory: choose another --output_dir")
     if distributed.is_main():  # another process finds the lock its own main process may have taken already
         check_not_in_use(out)
     newest = newest_checkpoint(out) if out.is_dir() else None
@@ -248,6 +261,7 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         if resolved.script.merge and distributed.is_main():
             merge(resolved, run)
         return None
+    created = not run.out.exists()
     lock = distributed.OutputLock(run.out)
     if distributed.is_main() and not lock.acquire():
         check_not_in_use(run.out)  # raises, naming the run that took it since plan()
@@ -255,11 +269,14 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         return _train(resolved, run)
     finally:
         lock.release()
+        if created and distributed.is_main() and run.out.is_dir() and not any(run.out.iterdir()):
+            run.out.rmdir()  # a run that stopped before writing anything leaves no empty directory
 
 
 def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     prepare(resolved, run)
     tokenizer = load_tokenizer(run.source, resolved)
+    check_reply_fits(tokenizer, resolved.training.max_completion_length)
     log_memory_estimate(resolved, run.source, tokenizer)
     model = load_model(run.source, resolved)
     train_dataset = dataset(resolved, run, model, tokenizer)
@@ -444,10 +461,42 @@ def _oom_message(resolved: Resolved) -> str:
     )
 
 
+def dry_run(resolved: Resolved) -> None:
+    """The resolved configuration and the memory estimate, from config.json and the tokenizer alone: no
+    weights load or download, so a preview stays seconds and answers before a download."""
+    try:
+        source = model_source(resolved.model.model_name_or_path, weights=False)
+        tokenizer = find_tokenizer(source, resolved)
+    except ConfigError as err:
+        estimate = {"unavailable": str(err)}
+    else:
+        if tokenizer is not None and folds_system(tokenizer):
+            resolved.notes.append("chat template: it has no system role, so the rules open the first user message")
+        estimate = memory.preflight(resolved, source, tokenizer)
+    print(to_yaml(resolved), end="")
+    print(yaml.safe_dump({"memory_estimate": estimate}, sort_keys=False, width=120), end="")
+
+
+# The TRL fields that the README's commands use, shown by --help beside the script's own.
+TRL_OPTIONS = {
+    "output_dir": "where checkpoints, the adapter, eval/ and the resolved config are written",
+    "max_steps": "GRPO steps to train",
+    "save_steps": "save a checkpoint (for --resume) every N steps",
+    "learning_rate": "the LoRA learning rate",
+    "seed": "seed of the data, sampling and evaluation: a run is repeatable in it",
+    "report_to": "where to log: none, wandb, trackio, tensorboard",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
-    if help_requested(argv, __doc__, ScriptArguments, config_line, full=lambda: make_parser().format_help()):
+    profiles = {name: load_profile(name) for name in available_profiles()}  # a few small YAML files
+    more = brief(GRPOConfig, TRL_OPTIONS)
+    full = make_parser().format_help
+    if help_requested(
+        argv, __doc__, ScriptArguments, config_line, full=full, more=more, profiles=profiles, dashed=DASHED
+    ):
         return 0
     setup_logging()
     return run_cli(lambda: _main(argv))
@@ -458,9 +507,7 @@ def _main(argv: list[str]) -> None:
     if resolved.script.dry_run:
         if os.environ.get("RANK", "0") != "0":  # under torchrun: one preview, not one per process
             return
-        print(to_yaml(resolved), end="")
-        # From config.json and the tokenizer alone: no weights load, so a preview stays seconds.
-        print(yaml.safe_dump({"memory_estimate": memory.preflight(resolved)}, sort_keys=False, width=120), end="")
+        dry_run(resolved)
         return
     distributed.setup(resolved.training)  # several processes: only the main one logs INFO and writes
     run = plan(resolved)  # every input checked before anything slow runs or anything is written

@@ -60,6 +60,11 @@ TRAIN_CASES = [
     ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", None),
     ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
     ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
+    ("empty dataset file", ["--dataset", "{tmp}/empty.jsonl"], "empty.jsonl: the file is empty", "empty"),
+    ("CSV dataset of a header alone", ["--dataset", "{tmp}/header.csv"], "the file is empty", "empty"),
+    ("dataset is a directory", ["--dataset", "{tmp}"], "a directory, not a dataset file", None),
+    ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON (Unterminated", "damaged"),
+    ("check larger than validation", ["--game_eval_games", "250"], "between 1 and 202 (the validation", None),
     ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
     ("FSDP on CPU", ["--fsdp", "full_shard auto_wrap"], "FSDP needs GPUs: on cpu accelerate would train", None),
     ("--fsdp true on CPU", ["--fsdp", "true"], "FSDP needs GPUs", None),  # read as on, as --help says
@@ -103,6 +108,12 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
             '\n{"secret": "SLATE", "past_guess_history": []}\n'
             '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n',
         )
+    elif kind == "empty":
+        write(tmp / "empty.jsonl", "\n")
+        write(tmp / "header.csv", "secret,past_guess_history\n")
+    elif kind == "damaged":  # a download cut short inside config.json, weights present
+        write(tmp / "damaged" / "config.json", '{"model_type": "qwen2", "hidden_')
+        write(tmp / "damaged" / "model.safetensors", "")
     elif kind == "broken":
         write(tmp / "broken.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SL\n')
     elif kind == "cpu-launch":  # what accelerate launch --cpu --num_processes 2 passes its one process
@@ -155,6 +166,25 @@ def test_grpo_train_bad_input_is_one_line(name, argv, expected, setup, tmp_path,
     assert not out.exists(), "a run that fails validation must not create its output dir"
 
 
+def test_an_output_dir_that_is_a_file_is_refused_and_left_alone(tmp_path, capsys, no_loading):
+    out = write(tmp_path / "out", "my notes\n")
+    line = one_line_error(capsys, grpo_train.main(["--profile", "cpu", "--output_dir", str(out)]), tmp_path)
+    assert "--output_dir" in line and "is a file, not a directory" in line
+    assert out.read_text() == "my notes\n"
+
+
+def test_a_reply_limit_below_the_shortest_reply_is_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    # Found with the tokenizer (its tokens count the reply), before the model loads or anything is written.
+    monkeypatch.setattr(grpo_train, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    out = tmp_path / "out"
+    code = grpo_train.main(["--profile", "cpu", "--output_dir", str(out), "--max-completion", "4"])
+    captured = capsys.readouterr()  # the run's log comes first: the resolved configuration
+    assert code == 2 and captured.out == ""
+    line = captured.err.strip().splitlines()[-1]
+    assert line.startswith("error: max_completion_length 4 cannot hold the shortest reply") and "6 tokens" in line
+    assert not out.exists(), "a run that stopped before writing anything leaves no empty directory"
+
+
 def test_existing_checkpoints_are_refused_and_left_alone(tmp_path, capsys, no_loading):
     out = finished_checkpoint(tmp_path)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
@@ -180,12 +210,16 @@ EVALUATE_CASES = [
     ("value of the wrong type", ["--games", "many"], "invalid int value", ""),
     ("out of range", ["--max_new_tokens", "0"], "--max_new_tokens must be at least 1", ""),
     ("unknown option", ["--frobnicate", "1"], "unknown argument '--frobnicate'", ""),
+    ("adapter_config.json not JSON", ["--adapter", "{tmp}/damaged-adapter"], "adapter_config.json is not valid", ""),
+    ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON", ""),
 ]
 
 
 @pytest.mark.parametrize(("name", "argv", "expected", "also"), EVALUATE_CASES, ids=[c[0] for c in EVALUATE_CASES])
 def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, monkeypatch, capsys):
     no_weights(tmp_path)
+    _setup("damaged", tmp_path, monkeypatch)
+    write(tmp_path / "damaged-adapter" / "adapter_config.json", '{"peft_type": ')
     _setup("hub", tmp_path, monkeypatch)
     monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
     out = tmp_path / "eval-out"
@@ -193,6 +227,13 @@ def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, mo
     line = one_line_error(capsys, evaluate_cli.main([*args, "--out", str(out)]), tmp_path)
     assert expected in line and also in line
     assert not out.exists()
+
+
+def test_evaluate_out_that_is_a_file_is_refused_before_any_game(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
+    out = write(tmp_path / "results", "keep me\n")
+    line = one_line_error(capsys, evaluate_cli.main(["--games", "2", "--out", str(out)]), tmp_path)
+    assert "--out" in line and "is a file, not a directory" in line and out.read_text() == "keep me\n"
 
 
 def test_hub_offline_mode_and_no_library_notices_in_a_fresh_process(tmp_path):
@@ -219,13 +260,37 @@ def test_hub_offline_mode_and_no_library_notices_in_a_fresh_process(tmp_path):
     assert "not in the local hub cache and HF_HUB_OFFLINE is set" in proc.stderr and not (tmp_path / "out").exists()
 
 
+def option(help_text: str, flag: str) -> str:
+    """An option's entry in --help: its line and the wrapped lines under it, joined."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  --{flag} "))
+    rest = lines[start + 1 :]
+    end = next((i for i, line in enumerate(rest) if not line.startswith(" " * 28)), len(rest))
+    return " ".join(" ".join(line.split()) for line in [lines[start], *rest[:end]])
+
+
 def test_help_fits_a_screen_and_help_all_lists_every_option(capsys):
     assert grpo_train.main(["--help"]) == 0
     short = capsys.readouterr().out
-    assert short.startswith("Train a LoRA adapter") and "--max_completion" in short and "--help-all" in short
-    assert len(short.splitlines()) < 80 and "default: auto" in short
+    assert short.startswith("Train a LoRA adapter") and "--help-all" in short and len(short.splitlines()) < 80
+    # One spelling of each flag, the one the examples above it use.
+    for dashed, underscored in (("max-completion", "max_completion"), ("no-4bit", "no_4bit"), ("dry-run", "dry_run")):
+        assert f"--{dashed} " in short and f"--{underscored}" not in short
+    # The TRL fields the README's commands use are there too.
+    assert "output_dir" in option(short, "output_dir") and "set by the profile" in option(short, "max_steps")
+    # A default that a profile replaces says so; one that every profile sets is the profile's.
+    assert option(short, "profile").endswith("(default: auto)")
+    assert option(short, "device").endswith("(default: set by the profile)")
+    assert option(short, "eval_games").endswith("(default: set by the profile)")
+    assert option(short, "mps_empty_cache_steps").endswith("(default: the mps profile sets its own)")
     assert grpo_train.main(["--help-all"]) == 0
     assert "--learning_rate" in capsys.readouterr().out
+
+
+def test_evaluate_help_says_every_default_even_where_the_help_speaks_of_defaults(capsys):
+    assert evaluate_cli.main(["--help"]) == 0
+    short = capsys.readouterr().out
+    assert option(short, "torch_threads") == "--torch_threads CPU threads for torch (0: torch's default) (default: 1)"
 
 
 def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else(caplog):

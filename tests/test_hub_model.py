@@ -9,6 +9,7 @@ quantized exactly as a hub model would be:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 
@@ -16,15 +17,20 @@ import bitsandbytes as bnb
 import pytest
 import torch
 import yaml
+from conftest import MISTRAL_V01_TEMPLATE
+from jinja2.exceptions import TemplateError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import evaluate as evaluate_cli
 import grpo_train
+import tinymodel
 from evaluation.report import read_json
 from rewards import TURN_REWARDS
-from training.config import resolve
-from training.modeling import folds_system, load_tokenizer
+from training.config import ConfigError, resolve
+from training.memory import QWEN2_5_3B
+from training.modeling import fold_system_if_refused, folds_system, load_tokenizer
 from wordle import SYSTEM_PROMPT, render_prompt
+from wordle.prompts import render_user_message
 
 FAMILIES = {"qwen": "<|im_end|>", "mistral": "</s>"}  # each fixture's eos
 
@@ -41,6 +47,7 @@ def family(path) -> str:
 
 def tokenizer_of(path):
     return load_tokenizer(str(path), resolve(["--profile", "cpu", "--model", str(path), "--dry-run"]))
+
 
 # One step of 4 completions, 2 evaluation games before and after: the whole path in seconds.
 FAST = [
@@ -117,6 +124,51 @@ def test_the_parser_and_every_reward_score_what_the_tokenizer_decodes(hub_dir):
         assert fn(decoded, **kwargs) == fn(texts, **kwargs), name
 
 
+# Gemma 1 and 2's template, as shipped: a system message raises.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "folded"),
+    [
+        (GEMMA_TEMPLATE, True),
+        (MISTRAL_V01_TEMPLATE, True),
+        ({"default": GEMMA_TEMPLATE, "tool_use": GEMMA_TEMPLATE}, True),  # named templates: each folds
+        (None, False),  # the embedded model's: it takes a system message and leaves it out, by design
+    ],
+)
+def test_templates_that_refuse_a_system_message_get_the_rules_in_the_first_user_message(template, folded):
+    tokenizer = AutoTokenizer.from_pretrained(tinymodel.model_dir())
+    own = tokenizer.chat_template
+    if template is not None:
+        tokenizer.chat_template = template
+    with pytest.raises(TemplateError) if folded else contextlib.nullcontext():
+        tokenizer.apply_chat_template(render_prompt(), tokenize=False)
+    fold_system_if_refused(tokenizer, "a model")
+    assert folds_system(tokenizer) == folded
+    text = tokenizer.apply_chat_template(render_prompt(HISTORY[:1]), add_generation_prompt=True, tokenize=False)
+    if not folded:
+        assert tokenizer.chat_template == own and SYSTEM_PROMPT not in text
+        return
+    by_hand = [{"role": "user", "content": SYSTEM_PROMPT + "\n\n" + render_user_message(HISTORY[:1])}]
+    tokenizer.chat_template = template  # the template as shipped, on the messages folded by hand
+    assert text == tokenizer.apply_chat_template(by_hand, add_generation_prompt=True, tokenize=False)
+
+
+def test_a_template_that_refuses_even_the_folded_prompt_is_one_line(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tinymodel.model_dir())
+    tokenizer.chat_template = "{{ raise_exception('Only assistant roles are supported!') }}"
+    with pytest.raises(ConfigError, match="fails on the game's prompt .* even with the system message folded"):
+        fold_system_if_refused(tokenizer, "a model")
+
+
 def test_a_template_without_a_system_role_gets_the_rules_in_the_first_user_message(hub_dir):
     tokenizer = tokenizer_of(hub_dir)
     text = tokenizer.apply_chat_template(render_prompt(HISTORY[:2]), add_generation_prompt=True, tokenize=False)
@@ -142,6 +194,41 @@ def test_cpu_profile_gives_a_hub_model_its_own_settings_and_says_so(qwen_dir, ca
     assert any(
         note.startswith("model tiny: the profile's settings for the embedded model apply") for note in tiny["notes"]
     )
+
+
+# --- the preflight before the download -----------------------------------------------------------------
+
+
+def config_only(path, tokenizer_from=None):
+    """What a user has before a 6 GB download: Qwen2.5-3B-Instruct's config.json, and its tokenizer files or none."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", **QWEN2_5_3B}))
+    if tokenizer_from is not None:
+        for file in tokenizer_from.iterdir():
+            if not file.name.startswith(("model", "config", "generation")):
+                shutil.copy(file, path / file.name)
+    return path
+
+
+@pytest.mark.parametrize("profile", ["mps", "cuda"])
+@pytest.mark.parametrize("tokenizer", [True, False])
+def test_dry_run_estimates_a_3b_model_from_its_config_alone(qwen_dir, tmp_path, capsys, profile, tokenizer):
+    model = config_only(tmp_path / "qwen3b", qwen_dir if tokenizer else None)
+    assert grpo_train.main(["--profile", profile, "--model", str(model), "--dry-run"]) == 0
+    estimate = yaml.safe_load(capsys.readouterr().out)["memory_estimate"]
+    weights = estimate["parts_gb"]["weights"]  # 3.09B parameters: fp32 on MPS, NF4 with bf16 embeddings on CUDA
+    assert (11.4 < weights < 11.6) if profile == "mps" else (1.8 < weights < 2.0), weights
+    assert weights < estimate["peak_gb"] < 2 * weights
+    prompt = 216 if tokenizer else 256  # the longest game prompt in Qwen's tokens, or the stated assumption
+    assert f"{prompt} prompt + " in estimate["assumes"]
+    assert ("the prompt length is assumed" in estimate["assumes"]) == (not tokenizer)
+
+
+def test_dry_run_notes_a_template_without_a_system_role(mistral_dir, qwen_dir, capsys):
+    for model, folds in ((mistral_dir, True), (qwen_dir, False)):
+        assert grpo_train.main(["--profile", "cpu", "--model", str(model), "--dry-run"]) == 0
+        notes = yaml.safe_load(capsys.readouterr().out)["notes"]
+        assert any(n.startswith("chat template: it has no system role") for n in notes) == folds
 
 
 # --- training, evaluation, merging ------------------------------------------------------------------

@@ -18,6 +18,11 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
+# The flags that the docs, the errors and the rollback advice spell with dashes, as --help shows them
+# (argparse takes --max_completion as well); every other flag is its field's name, as in a YAML file.
+DASHED = ("max_completion", "no_4bit", "dry_run")
+
+
 @dataclass
 class ScriptArguments:
     """The script's own flags; every GRPOConfig and ModelConfig field is also accepted."""
@@ -29,9 +34,7 @@ class ScriptArguments:
             "(cuda, then rocm, then mps, then cpu)"
         },
     )
-    device: str = field(
-        default="cpu", metadata={"help": "device the profile is for: cuda, rocm, mps or cpu (set by the profile)"}
-    )
+    device: str = field(default="cpu", metadata={"help": "device the profile is for: cuda, rocm, mps or cpu"})
     model: str | None = field(
         default=None,
         metadata={

@@ -30,7 +30,7 @@ from training.arguments import ScriptArguments, available_profiles
 from training.rollout import SLOTS
 from wordle.completion import guess_regex
 from wordle.decoding import Decoding
-from wordle.words import TRAIN_PARTS
+from wordle.words import TRAIN_PARTS, train_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -227,9 +227,10 @@ def _check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: d
         raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
     if script.game_eval_steps < 0:
         raise ConfigError(f"--game_eval_steps must be 0 (off) or more, got {script.game_eval_steps}")
-    if not 1 <= script.game_eval_games <= 300:
+    n_val = len(train_secrets("val"))  # the check plays this many validation and as many held-out games
+    if not 1 <= script.game_eval_games <= n_val:
         raise ConfigError(
-            f"--game_eval_games must be between 1 and 300 (the held-out secrets), got {script.game_eval_games}"
+            f"--game_eval_games must be between 1 and {n_val} (the validation secrets), got {script.game_eval_games}"
         )
     if script.merge and not model_kw.get("use_peft", True):
         raise ConfigError("--merge merges a LoRA adapter; with --use_peft false the output is already a whole model")

@@ -19,6 +19,7 @@ import datasets
 from rich.console import Console
 from rich.progress import Progress
 
+from training.config import ConfigError
 from wordle import (
     MAX_GUESSES,
     Solver,
@@ -32,7 +33,7 @@ from wordle import (
     score_guess,
     train_secrets,
 )
-from wordle.game import play_guesses
+from wordle.game import format_reply, play_guesses
 
 logger = logging.getLogger(__name__)
 
@@ -173,11 +174,17 @@ def validate_rows(
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows from a JSONL, JSON, parquet or course-style CSV file, validated (see ``validate_rows``)."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError("a directory, not a dataset file")
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {path} does not exist")
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ValueError(f"dataset file {path}: unknown format {path.suffix!r}; use one of {', '.join(_FORMATS)}")
+    if fmt in ("json", "csv"):  # datasets' readers stop on an empty file with a StopIteration
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        if len(lines) <= (fmt == "csv"):  # a CSV's first line is its header
+            raise ValueError("the file is empty: it holds no rows")
     # keep_in_memory and no cache dir: a small local file, and nothing written beside it. Quiet: a
     # few rows need no progress bar, and a bad file is reported once, by the caller, as one line.
     bars = not datasets.utils.are_progress_bars_disabled()
@@ -193,6 +200,8 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
         if bars:
             datasets.enable_progress_bars()
     rows = raw.to_list()
+    if not rows:  # an empty parquet table
+        raise ValueError("the file is empty: it holds no rows")
     where = _row_namer(path, fmt, len(rows))
     if fmt == "csv":
         for i, row in enumerate(rows):
@@ -238,6 +247,17 @@ def save_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     else:
         raise ValueError(f"dataset file {path}: can only write .jsonl or .parquet")
     return path
+
+
+def check_reply_fits(tokenizer: Any, max_completion_length: int) -> None:
+    """ConfigError unless a completion can hold the shortest reply that scores: an empty think, a word and eos.
+    A shorter limit clips every completion, so every reward is the floor and GRPO learns nothing."""
+    shortest = len(tokenizer(format_reply("CRANE"), add_special_tokens=False)["input_ids"]) + 1
+    if max_completion_length < shortest:
+        raise ConfigError(
+            f"max_completion_length {max_completion_length} cannot hold the shortest reply, "
+            f"{format_reply('CRANE')!r} + eos, which takes {shortest} tokens with this tokenizer: raise --max-completion"
+        )
 
 
 def drop_long_prompts(ds: datasets.Dataset, tokenizer: Any, max_prompt_tokens: int) -> datasets.Dataset:

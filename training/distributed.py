@@ -249,7 +249,10 @@ class OutputLock:
         return True
 
     def release(self) -> None:
+        """Unlock, and remove the lock file, which would otherwise be uploaded with the adapter. Removed
+        while still held, so that no run can take it between the unlock and the removal."""
         if self._file is not None:
+            self.path.unlink(missing_ok=True)
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()
             self._file = None

@@ -28,20 +28,17 @@ phases. The figures it is checked against are in docs/memory.md (``benchmarks/be
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from huggingface_hub import try_to_load_from_cache
 from transformers import TrainerCallback
 
 from training.config import ConfigError, Resolved
 from training.data import make_row
 from training.device import memory_in_use, memory_limit, rss_bytes
-from training.modeling import load_tokenizer, model_source
+from training.modeling import model_config
 from training.rollout import SLOTS
 from wordle import MAX_GUESSES, history_for
 
@@ -279,6 +276,11 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
     )
 
 
+# The longest game prompt is 216 tokens with Qwen's BPE and 237 with Mistral's (and Llama-2's)
+# SentencePiece, which spends three byte tokens on each ✓: without a tokenizer, assume a little more.
+ASSUMED_PROMPT_TOKENS = 256
+
+
 def longest_prompt_tokens(tokenizer) -> int:
     """Tokens of the longest prompt a game can reach: the last turn's, five guesses in."""
     guesses = ["SOARE", "CLINT", "DUMPY", "FIGHT", "WHELK"][: MAX_GUESSES - 1]
@@ -287,29 +289,24 @@ def longest_prompt_tokens(tokenizer) -> int:
     return len(encoded["input_ids"])
 
 
-def preflight(resolved: Resolved, source: str | None = None, tokenizer: Any = None) -> dict[str, Any]:
-    """The estimate for a resolved run, from the model's config.json and tokenizer alone (no weights
-    load). A hub model must be in the local cache; otherwise this says so instead of downloading.
-    A run passes the ``source`` and ``tokenizer`` it already has; a dry run finds them here."""
-    name = resolved.model.model_name_or_path
-    if source is None:
-        try:
-            source = model_source(name)
-        except ConfigError as err:
-            return {"unavailable": str(err)}
-    if Path(source).is_dir():
-        config_path: Any = Path(source) / "config.json"
-    else:
-        config_path = try_to_load_from_cache(source, "config.json", revision=resolved.model.model_revision)
-        if not isinstance(config_path, str):
-            return {"unavailable": f"{name}'s config.json is not in the local hub cache (run once to download it)"}
+def preflight(resolved: Resolved, source: str, tokenizer: Any = None) -> dict[str, Any]:
+    """The estimate for a resolved run from the model's config.json, and its tokenizer when there is one
+    (else a prompt of ``ASSUMED_PROMPT_TOKENS``, said in ``assumes``): no weights are needed, so it
+    answers before a download. ``unavailable`` says why there is no estimate."""
     try:
-        shape = Shape.from_config(json.loads(Path(config_path).read_text()))
+        config = model_config(source, resolved.model.model_revision)
+    except ConfigError as err:
+        return {"unavailable": str(err)}
+    try:
+        shape = Shape.from_config(config)
     except (KeyError, ValueError) as err:
-        return {"unavailable": f"{config_path} is not a decoder-only config the estimate knows ({err})"}
-    prompt = longest_prompt_tokens(tokenizer or load_tokenizer(source, resolved))
+        return {"unavailable": f"{source}'s config.json is not a decoder-only config the estimate knows ({err})"}
+    prompt = ASSUMED_PROMPT_TOKENS if tokenizer is None else longest_prompt_tokens(tokenizer)
     runtime = rss_bytes() if resolved.script.device == "cpu" else 0
-    return report(shape, run_settings(resolved, prompt), resolved.script.device, runtime)
+    result = report(shape, run_settings(resolved, prompt), resolved.script.device, runtime)
+    if tokenizer is None:
+        result["assumes"] += f" (no tokenizer in {source}: the prompt length is assumed)"
+    return result
 
 
 class RollbackAdvisor(TrainerCallback):

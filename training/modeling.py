@@ -6,12 +6,13 @@ Every failure a user can cause here becomes one ``ConfigError`` line that says w
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import HfApi, try_to_load_from_cache
+from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled, RepositoryNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from jinja2.exceptions import TemplateError
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 # httpx2 in 2.x) share their base class with HfHubHTTPError, whatever the package is called.
 _HUB_NETWORK_ERRORS = (OSError, *HfHubHTTPError.__bases__)
 # What from_pretrained loads weights from: one file or a sharded index, safetensors or pickle.
+_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
@@ -38,11 +40,12 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
 
 
-def model_source(name: str) -> str:
+def model_source(name: str, *, weights: bool = True) -> str:
     """A loadable location for ``name``: the embedded model's directory, a local directory, or a hub id.
 
     A hub id that is neither cached nor reachable fails here, in seconds, rather than after
-    transformers' retries.
+    transformers' retries. ``weights=False`` accepts a directory without them (the memory preflight
+    needs only config.json: the question "will it fit?" comes before the download).
     """
     if name == TINY:
         try:
@@ -55,7 +58,8 @@ def model_source(name: str) -> str:
             raise ConfigError(
                 f"model directory {path.resolve()} has no config.json (is it a model saved with save_pretrained?)"
             )
-        if not any(next(path.glob(pattern), None) for pattern in _WEIGHT_PATTERNS):
+        read_config(path / "config.json")
+        if weights and not any(next(path.glob(pattern), None) for pattern in _WEIGHT_PATTERNS):
             raise ConfigError(
                 f"model directory {path.resolve()} has a config.json but no weights (*.safetensors, *.bin): "
                 "an unfinished download or save?"
@@ -86,27 +90,27 @@ def model_source(name: str) -> str:
     return name
 
 
-# Put in front of a chat template that refuses a system message (Mistral v0.1, Llama-2, Gemma 1 and 2)
-# or drops it: the rules open the first user message instead, as the later templates of those families
-# do themselves. A top-level Jinja ``set`` rebinds ``messages`` for the rest of the template, so the
-# model's own template runs unchanged, and the tokenizer saved with the adapter renders as training did.
+# Put in front of a chat template that refuses a system message (Mistral v0.1, Llama-2, Gemma 1 and 2):
+# the rules open the first user message instead, as the later templates of those families do
+# themselves. A top-level Jinja ``set`` rebinds ``messages`` for the rest of the template, so the model's
+# own template runs unchanged, and the tokenizer saved with the adapter renders as training did. A
+# template that takes a system message and leaves it out (the embedded model's) is the model's choice.
 FOLD_SYSTEM = (
     "{%- if messages and messages[0]['role'] == 'system' and messages | length > 1 -%}"
     "{%- set messages = [{'role': messages[1]['role'], 'content': messages[0]['content'] + '\\n\\n' + "
     "messages[1]['content']}] + messages[2:] -%}"
     "{%- endif -%}"
 )
-_PROBE = "The rules of the game, as a system message."
+_PROBE = [{"role": "system", "content": "The rules."}, {"role": "user", "content": "Guess 1 of 6."}]
 
 
-def renders_system(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the chat template renders a system message: asked by rendering one, not by reading the template."""
-    probe = [{"role": "system", "content": _PROBE}, {"role": "user", "content": "Guess 1 of 6."}]
+def refuses_system(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the chat template raises on a system message: asked by rendering one, not by reading the template."""
     try:
-        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True)
     except TemplateError:
-        return False
-    return _PROBE in text
+        return True
+    return False
 
 
 def folds_system(tokenizer: PreTrainedTokenizerBase) -> bool:
@@ -115,20 +119,60 @@ def folds_system(tokenizer: PreTrainedTokenizerBase) -> bool:
     return any(t.startswith(FOLD_SYSTEM) for t in (template.values() if isinstance(template, dict) else [template]))
 
 
-def _fold_system_if_refused(tokenizer: PreTrainedTokenizerBase, source: str) -> None:
-    if folds_system(tokenizer) or renders_system(tokenizer):
+def fold_system_if_refused(tokenizer: PreTrainedTokenizerBase, source: str) -> None:
+    """Give a template that refuses a system message ``FOLD_SYSTEM``; ConfigError if it refuses even then."""
+    if not refuses_system(tokenizer):
         return
     template = tokenizer.chat_template
     if isinstance(template, dict):  # named templates ("default", "tool_use"): each gets the same front
         tokenizer.chat_template = {name: FOLD_SYSTEM + t for name, t in template.items()}
     else:
         tokenizer.chat_template = FOLD_SYSTEM + template
-    if not renders_system(tokenizer):
+    if refuses_system(tokenizer):
         raise ConfigError(
             f"the chat template of {source} fails on the game's prompt (a system message, then a user message), "
             "even with the system message folded into the user's; pass a chat model whose template takes a user turn"
         )
     logger.info("the chat template of %s has no system role: the rules open the first user message", source)
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """A config.json (or adapter_config.json) as a dict; ConfigError naming the file when it is not a JSON object."""
+    try:
+        config = json.loads(Path(path).read_text())
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file: a damaged download or an unfinished save?") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"{path} is not valid JSON ({err.msg}, line {err.lineno}): a damaged download or an unfinished save?"
+        ) from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} holds a JSON {type(config).__name__}, not a config (a JSON object)")
+    return config
+
+
+def model_config(source: str, revision: str | None = None) -> dict[str, Any]:
+    """``source``'s config.json: read from its directory, the hub cache, or the hub (a few kB, never weights)."""
+    if Path(source).is_dir():
+        return read_config(Path(source) / "config.json")
+    try:
+        return read_config(hf_hub_download(source, "config.json", revision=revision))
+    except _HUB_NETWORK_ERRORS as exc:
+        raise ConfigError(
+            f"{source}'s config.json is not in the local hub cache, and the hub is unreachable ({type(exc).__name__}); "
+            "pass a directory holding its config.json with --model PATH"
+        ) from None
+
+
+def find_tokenizer(source: str, resolved: Resolved) -> PreTrainedTokenizerBase | None:
+    """``source``'s tokenizer, or None where it has none: a directory of config.json alone, or a hub id
+    whose tokenizer files (a few MB, fetched without the weights) cannot be had."""
+    if Path(source).is_dir() and not any((Path(source) / name).is_file() for name in _TOKENIZER_FILES):
+        return None
+    try:
+        return load_tokenizer(source, resolved)
+    except _HUB_NETWORK_ERRORS:
+        return None
 
 
 def load_tokenizer(source: str, resolved: Resolved) -> PreTrainedTokenizerBase:
@@ -144,7 +188,7 @@ def _tokenizer(source: str, revision: str | None, trust_remote_code: bool) -> Pr
     )
     if tokenizer.chat_template is None:
         raise ConfigError(f"the tokenizer of {source} has no chat template; GRPO here needs a chat (instruct) model")
-    _fold_system_if_refused(tokenizer, source)
+    fold_system_if_refused(tokenizer, source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -261,6 +305,7 @@ def load_for_inference(
             raise ConfigError(
                 f"adapter directory {adapter_dir.resolve()} has no adapter_config.json (not a LoRA adapter)"
             )
+        read_config(adapter_dir / "adapter_config.json")
     if device is None:
         profile, _ = devices.detect()
         device = "cuda" if profile == "rocm" else profile  # torch's ROCm build calls its GPUs cuda

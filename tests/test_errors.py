@@ -212,6 +212,12 @@ EVALUATE_CASES = [
     ("unknown option", ["--frobnicate", "1"], "unknown argument '--frobnicate'", ""),
     ("adapter_config.json not JSON", ["--adapter", "{tmp}/damaged-adapter"], "adapter_config.json is not valid", ""),
     ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON", ""),
+    (
+        "run config edited",
+        ["--adapter", "{tmp}/edited-run"],
+        "wordle_grpo_config.yaml is not a run's configuration",
+        "",
+    ),
 ]
 
 
@@ -220,6 +226,8 @@ def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, mo
     no_weights(tmp_path)
     _setup("damaged", tmp_path, monkeypatch)
     write(tmp_path / "damaged-adapter" / "adapter_config.json", '{"peft_type": ')
+    write(tmp_path / "edited-run" / "adapter_config.json", '{"peft_type": "LORA"}')
+    write(tmp_path / "edited-run" / "wordle_grpo_config.yaml", "- my notes\n")
     _setup("hub", tmp_path, monkeypatch)
     monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
     out = tmp_path / "eval-out"

@@ -5,10 +5,9 @@ Two forms of the same grammar:
 - :func:`wordle.completion.guess_regex` is the reply as a regex, for TRL's ``vllm_structured_outputs_regex``.
 - :class:`GuessConstraint` builds a transformers ``LogitsProcessor`` for ``model.generate`` that
   follows it token by token, for any tokenizer (letter-level, byte-level BPE, SentencePiece): the
-  reply opens with ``<think>``; the think is free
-  text without ``<``, so it holds no tag; a ``<`` starts ``</think><guess>``, then a listed word in
-  upper case (every allowed word, or one row's own list: its game's remaining candidates),
-  ``</guess>`` and eos. The think closes in time: once the tokens left only just hold
+  reply opens with ``<think>``; the think is free text without ``<``, so it holds no tag; a ``<``
+  starts ``</think><guess>``, then a listed word in upper case (every allowed word, or one row's own
+  list: its game's remaining candidates), ``</guess>`` and eos. The think closes in time: once the tokens left only just hold
   ``</think><guess>``, the longest listed word and ``</guess>`` + eos, each in its fewest tokens,
   free text is masked; and no token may leave fewer tokens than the reply still needs. So every
   constrained reply parses as a listed word, whatever the weights, for any ``max_new_tokens`` that
@@ -16,8 +15,9 @@ Two forms of the same grammar:
   an error).
 
 Per tokenizer, each token's text is decoded once, as it reads inside a reply (SentencePiece writes a
-leading space as "▁" and drops it at the start of a decode, so a token alone can read otherwise): the free-text tokens are one boolean vector, and
-the tokens made only of the tail's characters go into a trie. Per word list, the grammar after the think is a character DAG (the
+leading space as "▁" and drops it at the start of a decode, so "▁C" reads "C" alone and " C" after
+text): the free-text tokens are one boolean vector, and the tokens made only of the tail's
+characters go into a trie. Per word list, the grammar after the think is a character DAG (the
 words' trie, then one shared ``</guess>``); walking it in step with the token trie gives each
 state's tokens and, bottom up, the fewest tokens that finish the reply from each state.
 

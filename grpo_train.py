@@ -491,7 +491,10 @@ TRL_OPTIONS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
-    profiles = {name: load_profile(name) for name in available_profiles()}  # a few small YAML files
+
+    def profiles() -> dict:  # read only for --help: a broken profile is run_cli's one-line error otherwise
+        return {name: load_profile(name) for name in available_profiles()}
+
     more = brief(GRPOConfig, TRL_OPTIONS)
     full = make_parser().format_help
     if help_requested(

@@ -68,12 +68,12 @@ def help_requested(
     extra: Sequence[str] = (),
     full: Callable[[], str] | None = None,
     more: Sequence[Any] = (),
-    profiles: dict[str, dict[str, Any]] | None = None,
+    profiles: Callable[[], dict[str, dict[str, Any]]] | None = None,
     dashed: Sequence[str] = (),
 ) -> bool:
     """Print help and return True when asked: ``--help`` shows the script's docstring, its own options (the
     dataclass ``own``, then the ``more`` fields), ``--help-all`` every option the script accepts
-    (``full()``). ``profiles`` maps each profile to its values: a default a profile replaces says so.
+    (``full()``). ``profiles()`` maps each profile to its values: a default a profile replaces says so.
     The ``dashed`` fields show as ``--dry-run``, the others by their name."""
     if full is not None and HELP_ALL in argv:
         print(full())
@@ -81,7 +81,7 @@ def help_requested(
     if not ({"-h", "--help"} & set(argv)):
         return False
     options = [*dataclasses.fields(own), *more]
-    lines = [doc.strip(), "", "Options:", *extra, *_option_lines(options, profiles or {}, dashed)]
+    lines = [doc.strip(), "", "Options:", *extra, *_option_lines(options, profiles() if profiles else {}, dashed)]
     if full is not None:
         lines += ["", f"{HELP_ALL}: every option, including each TRL GRPOConfig and ModelConfig field."]
     print("\n".join(lines))

@@ -57,7 +57,13 @@ TRAIN_CASES = [
     ("hub unreachable", ["--model", "Qwen/Qwen2.5-3B-Instrct"], "the Hugging Face hub is unreachable", "hub"),
     ("4-bit without bitsandbytes", ["--load_in_4bit", "true"], "pip install bitsandbytes, or pass --no-4bit", "nobnb"),
     ("4-bit on MPS", ["--profile", "mps", "--model", "tiny", "--load_in_4bit", "true"], "does not run on MPS", "mps"),
-    ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", None),
+    ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", "novllm"),
+    (
+        "vLLM server mode on CPU",
+        ["--use_vllm", "true", "--vllm_mode", "server"],
+        "server over NCCL, which needs a CUDA GPU (device cpu): use --vllm_mode colocate",
+        None,
+    ),
     ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
     ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
     ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
@@ -92,6 +98,9 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
         monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     elif kind == "notiny":  # a partial checkout: loading names the build, never starts one
         monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp / "tinymodel" / "model")
+    elif kind == "novllm":  # also where vLLM is installed (CI's vLLM environment)
+        real = grpo_train.importlib.util.find_spec
+        monkeypatch.setattr(grpo_train.importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
     elif kind == "nobnb":
         real = modeling.importlib.util.find_spec
         monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))

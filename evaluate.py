@@ -4,6 +4,8 @@
     python evaluate.py --model tiny --adapter outputs/cpu --out outputs/cpu/eval-cli
     python evaluate.py --model tiny --adapter outputs/cpu --constrain allowed   # adds a constrained row
     python evaluate.py --model Qwen/Qwen2.5-3B-Instruct --games 50 --sample --temperature 1.0 --seed 1
+    python evaluate.py --model tiny --adapter outputs/cpu --backend vllm          # vLLM generates (README, vLLM)
+    python evaluate.py --model tiny --backend vllm --vllm_server http://127.0.0.1:8000   # a running `vllm serve`
 
 With --out DIR it writes eval.json (metrics, 95% CIs and every game's transcript), eval.md (the
 table and replays), guesses.png and, with --train_log (a run's eval/log_history.json, a
@@ -16,6 +18,7 @@ from __future__ import annotations
 import training.quiet  # noqa: F401  first: it must precede any import of bitsandbytes (see its docstring)
 
 # isort: split
+import importlib.util
 import logging
 import sys
 from dataclasses import asdict, dataclass, field
@@ -42,11 +45,13 @@ from evaluation.report import (
     write_json,
 )
 from evaluation.run import SPLITS, evaluate_baselines, evaluate_model, select_secrets
+from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from training.cli import help_requested, run_cli
 from training.config import CONFIG_FILE, TINY, ConfigError
-from training.modeling import load_for_inference
+from training.modeling import load_for_inference, load_generation_side, load_vllm
 from wordle.decoding import CONSTRAIN_CHOICES, Decoding
 
+BACKENDS = ("hf", "vllm")
 DEFAULT_SEED = transformers.TrainingArguments.seed  # the trainer's default, so both tables agree
 
 logger = logging.getLogger("evaluate")
@@ -111,7 +116,22 @@ class EvalArguments:
             "generation_config, else 256)"
         },
     )
-    device: str | None = field(default=None, metadata={"help": "cuda, mps or cpu (default: the best one here)"})
+    device: str | None = field(
+        default=None, metadata={"help": "cuda, mps or cpu (default: the best one here; hf backend only)"}
+    )
+    backend: str = field(
+        default="hf",
+        metadata={
+            "help": "what generates: hf (transformers' generate) or vllm (vLLM, with its LoRA and structured outputs)"
+        },
+    )
+    vllm_server: str | None = field(
+        default=None,
+        metadata={
+            "help": "with --backend vllm: the URL of a running `vllm serve MODEL` server (with an adapter: started "
+            "with --enable-lora --lora-modules NAME=ADAPTER_DIR) instead of vLLM in this process"
+        },
+    )
     torch_threads: int = field(default=1, metadata={"help": "CPU threads for torch (0: torch's default)"})
 
 
@@ -140,6 +160,15 @@ def parse(argv: list[str]) -> EvalArguments:
         raise ConfigError(f"unknown --split {args.split!r}; valid: {', '.join(SPLITS)}")
     if args.games < 1:
         raise ConfigError(f"--games must be at least 1, got {args.games}")
+    if args.backend not in BACKENDS:
+        raise ConfigError(f"unknown --backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
+    if args.vllm_server is not None and args.backend != "vllm":
+        raise ConfigError("--vllm_server is where --backend vllm generates: pass --backend vllm")
+    if args.backend == "vllm" and args.vllm_server is None and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            '--backend vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README), '
+            "or --vllm_server URL"
+        )
     if args.batch_size < 1:
         raise ConfigError(f"--batch_size must be at least 1, got {args.batch_size}")
     try:
@@ -178,11 +207,25 @@ def decoding(args: EvalArguments) -> Decoding:
     )
 
 
+def load(args: EvalArguments) -> tuple:
+    """The model (or vLLM engine) and tokenizer of the backend asked for."""
+    if args.backend == "hf":
+        return load_for_inference(args.model, args.adapter, device=args.device)
+    source, adapter_dir, tokenizer, generation = load_generation_side(args.model, args.adapter)
+    if args.vllm_server is not None:
+        try:
+            return ServerEngine(args.vllm_server, generation, adapter_dir), tokenizer
+        except ServerError as exc:
+            raise ConfigError(str(exc)) from None
+    llm, lora = load_vllm(source, adapter_dir, seed=args.seed)
+    return LocalEngine(llm, generation, lora), tokenizer
+
+
 def run(args: EvalArguments, out_console: Console) -> list:
     model_decoding = decoding(args)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    model, tokenizer = load_for_inference(args.model, args.adapter, device=args.device)
+    model, tokenizer = load(args)
     secrets = select_secrets(args.games, args.split)
     label = "model" if args.adapter is None else "model + adapter"
     try:
@@ -195,7 +238,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
             batch_size=args.batch_size,
             label=label,
         )
-    except ReplyBudgetError as exc:  # known only once the tokenizer is loaded, but before any game
+    except (ReplyBudgetError, ServerError) as exc:  # known once loaded, or the server answered: before any game
         raise ConfigError(str(exc)) from None
     if args.baselines:
         results += evaluate_baselines(secrets, seed=args.seed)
@@ -211,6 +254,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
         out = Path(args.out)
         settings = asdict(args) | {"secrets": list(secrets)}
         model_note = f"model {args.model}" + (f", adapter {args.adapter}" if args.adapter else "")
+        model_note += f", {args.backend} backend" + (f" at {args.vllm_server}" if args.vllm_server else "")
         notes = [f"{model_note}; {model_decoding.describe()}"]
         write_json(out / "eval.json", results, settings)
         (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")

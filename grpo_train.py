@@ -58,6 +58,8 @@ from training.card import make_adapter_config_portable, write_model_card
 from training.cli import brief, help_requested, run_cli
 from training.config import (
     CONFIG_FILE,
+    VLLM_CPU_KV_DEFAULT,
+    VLLM_CPU_KV_ENV,
     ConfigError,
     Resolved,
     ScriptArguments,
@@ -115,7 +117,9 @@ def plan(resolved: Resolved) -> Plan:
     source = model_source(resolved.model.model_name_or_path)
     check_bitsandbytes(resolved)
     if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("use_vllm needs vLLM, which is not installed: pip install vllm, or pass --use_vllm false")
+        raise ConfigError(
+            'use_vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README, vLLM), or --use_vllm false'
+        )
     rows = None
     if script.dataset and Path(script.dataset).exists():
         try:
@@ -308,6 +312,8 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         if warning:
             logger.warning(warning)
     offline_wandb_unless_logged_in(resolved)
+    if resolved.training.use_vllm and resolved.script.device == "cpu":  # before vLLM starts (see training.config)
+        os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)
     if resolved.script.torch_threads:
         torch.set_num_threads(resolved.script.torch_threads)
 

@@ -20,6 +20,7 @@ from typing import Any
 from evaluation.metrics import compute_metrics
 from evaluation.play import ModelPlayer, RandomAllowedPlayer, RandomCandidatePlayer, SolverPlayer
 from evaluation.report import PlayerResult
+from evaluation.vllm_backend import Engine, VLLMPlayer
 from wordle import eval_secrets, spread, train_secrets
 from wordle.decoding import GREEDY, Constrain, Decoding
 from wordle.game import Player, play
@@ -69,11 +70,18 @@ def evaluate_model(
     batch_size: int = 64,
     label: str = "model",
 ) -> list[PlayerResult]:
-    """The model's own row, then (with ``constrain``) the same model constrained, as a second row."""
+    """The model's own row, then (with ``constrain``) the same model constrained, as a second row.
+
+    ``model`` is a transformers model, or a vLLM engine (``evaluation.vllm_backend``), which batches itself."""
     secrets = select_secrets() if secrets is None else tuple(secrets)
-    players = [(ModelPlayer(model, tokenizer, decoding, batch_size, name=label), "model")]
+
+    def player(decoding: Decoding, name: str) -> Player:
+        if isinstance(model, Engine):
+            return VLLMPlayer(model, tokenizer, decoding, name=name)
+        return ModelPlayer(model, tokenizer, decoding, batch_size, name=name)
+
+    players = [(player(decoding, label), "model")]
     if constrain is not None:  # built before any game: it checks that max_new_tokens holds a reply
         name = f"{label} (constrained: {constrain} words)"
-        constrained = decoding.replace(constrain=constrain)
-        players.append((ModelPlayer(model, tokenizer, constrained, batch_size, name=name), "constrained"))
+        players.append((player(decoding.replace(constrain=constrain), name), "constrained"))
     return [evaluate_player(player, secrets, kind, seed=decoding.seed) for player, kind in players]

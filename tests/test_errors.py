@@ -57,7 +57,13 @@ TRAIN_CASES = [
     ("hub unreachable", ["--model", "Qwen/Qwen2.5-3B-Instrct"], "the Hugging Face hub is unreachable", "hub"),
     ("4-bit without bitsandbytes", ["--load_in_4bit", "true"], "pip install bitsandbytes, or pass --no-4bit", "nobnb"),
     ("4-bit on MPS", ["--profile", "mps", "--model", "tiny", "--load_in_4bit", "true"], "does not run on MPS", "mps"),
-    ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", None),
+    ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", "novllm"),
+    (
+        "vLLM server mode on CPU",
+        ["--use_vllm", "true", "--vllm_mode", "server"],
+        "server over NCCL, which needs a CUDA GPU (device cpu): use --vllm_mode colocate",
+        None,
+    ),
     ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
     ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
     ("empty dataset file", ["--dataset", "{tmp}/empty.jsonl"], "empty.jsonl: the file is empty", "empty"),
@@ -97,6 +103,9 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
         monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     elif kind == "notiny":  # a partial checkout: loading names the build, never starts one
         monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp / "tinymodel" / "model")
+    elif kind == "novllm":  # also where vLLM is installed (CI's vLLM environment)
+        real = grpo_train.importlib.util.find_spec
+        monkeypatch.setattr(grpo_train.importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
     elif kind == "nobnb":
         real = modeling.importlib.util.find_spec
         monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))
@@ -242,6 +251,13 @@ def test_evaluate_out_that_is_a_file_is_refused_before_any_game(tmp_path, monkey
     out = write(tmp_path / "results", "keep me\n")
     line = one_line_error(capsys, evaluate_cli.main(["--games", "2", "--out", str(out)]), tmp_path)
     assert "--out" in line and "is a file, not a directory" in line and out.read_text() == "keep me\n"
+
+
+def test_evaluate_vllm_backend_without_vllm_is_one_line(tmp_path, monkeypatch, capsys):
+    _setup("novllm", tmp_path, monkeypatch)  # also where vLLM is installed (CI's vLLM environment)
+    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
+    line = one_line_error(capsys, evaluate_cli.main(["--games", "2", "--backend", "vllm"]), tmp_path)
+    assert "--backend vllm needs vLLM, which is not installed" in line and "--vllm_server URL" in line
 
 
 def test_hub_offline_mode_and_no_library_notices_in_a_fresh_process(tmp_path):

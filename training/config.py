@@ -16,6 +16,7 @@ import difflib
 import enum
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,13 @@ EMBEDDED_SECTION = "tiny"
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 ROLLOUTS = ("turn", "game")
 CONFIG_FILE = "wordle_grpo_config.yaml"  # the resolved configuration, saved beside a run's adapter
+# transformers 5.20 renamed gradient_checkpointing to activation_checkpointing. vLLM pins older releases
+# (0.31: transformers <5.18), where only the old name exists: profiles keep the new name, read as the old one there.
+NEW_CHECKPOINTING = "activation_checkpointing"
+HAS_NEW_CHECKPOINTING = NEW_CHECKPOINTING in {f.name for f in dataclasses.fields(GRPOConfig)}
+# On CPU, vLLM sizes its KV cache from this variable (GiB), else from a share of RAM (peaks of 3.6-4.5 GB
+# measured on the embedded model, 2.1 GB with 1 GiB). A run that uses vLLM on CPU sets it if the user did not.
+VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT = "VLLM_CPU_KVCACHE_SPACE", "1"
 
 
 class ConfigError(ValueError):
@@ -75,7 +83,8 @@ def _dataclasses() -> tuple[type, ...]:
 
 
 def _field_names() -> list[str]:
-    return sorted({f.name for dc in _dataclasses() for f in dataclasses.fields(dc) if f.init})
+    names = {f.name for dc in _dataclasses() for f in dataclasses.fields(dc) if f.init}
+    return sorted(names | {NEW_CHECKPOINTING})  # valid in a file on every supported transformers
 
 
 def _unknown(kind: str, name: str, valid: list[str], where: str, more: str | None = None) -> ConfigError:
@@ -168,6 +177,8 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str,
             )
     values.update(config)
     values["profile"] = profile
+    if not HAS_NEW_CHECKPOINTING and NEW_CHECKPOINTING in values:
+        values.setdefault("gradient_checkpointing", values.pop(NEW_CHECKPOINTING))
     return profile, values
 
 
@@ -256,6 +267,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     _old_names(argv, values, train_kw, notes)
     _check_ranges(script, train_kw, model_kw)
     _constrain_vllm(script, train_kw, notes)
+    _vllm_on_device(script, train_kw, notes)
     _rewards(script, train_kw, notes)
     trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
     if script.secrets not in trainable:
@@ -295,6 +307,8 @@ def _old_names(argv: list[str], values: dict[str, Any], train_kw: dict[str, Any]
     in TrainingArguments: a ``--gradient_checkpointing true`` beside a profile's ``activation_checkpointing: false``
     was silently ignored. Profiles use only the new name, so the old one, when given, is the user's."""
     flags = {"--gradient_checkpointing", "--gradient-checkpointing"}
+    if not HAS_NEW_CHECKPOINTING:  # one name only: nothing to reconcile
+        return
     if "gradient_checkpointing" in values or any(a.split("=")[0] in flags for a in argv):
         value = train_kw["activation_checkpointing"] = train_kw["gradient_checkpointing"]
         notes.append(f"gradient_checkpointing is activation_checkpointing in transformers 5: set to {value}")
@@ -309,6 +323,30 @@ def _constrain_vllm(script: ScriptArguments, train_kw: dict[str, Any], notes: li
         raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
     train_kw["vllm_structured_outputs_regex"] = guess_regex()
     notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
+
+
+def _vllm_on_device(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    """What TRL's vLLM modes need of the device, checked before vLLM starts (and fails deep inside it).
+
+    Server mode sends the trained weights to the server over NCCL, which only CUDA has. Sleep mode
+    releases GPU memory, and vLLM's other platforms refuse it with a pydantic trace at start: off there.
+    """
+    if not train_kw.get("use_vllm"):
+        return
+    gpu = script.device in ("cuda", "rocm")  # ROCm's torch is a CUDA build, RCCL its NCCL
+    if train_kw.get("vllm_mode") == "server" and not gpu:
+        raise ConfigError(
+            f"vLLM server mode sends weights to the server over NCCL, which needs a CUDA GPU (device {script.device}): "
+            "use --vllm_mode colocate"
+        )
+    if train_kw.get("vllm_enable_sleep_mode") and not gpu:
+        train_kw["vllm_enable_sleep_mode"] = False
+        notes.append(f"vllm_enable_sleep_mode: off, vLLM has sleep mode on GPUs only (device {script.device})")
+    if script.device == "cpu":
+        notes.append(
+            f"vLLM on CPU: its KV cache is {VLLM_CPU_KV_ENV} GiB ({os.environ.get(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)}"
+            f"{'' if VLLM_CPU_KV_ENV in os.environ else ', set by this run'}), not vllm_gpu_memory_utilization"
+        )
 
 
 def _rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,19 @@ from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineMod
 from huggingface_hub.utils import validate_repo_id
 from jinja2.exceptions import TemplateError
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from trl import get_quantization_config
 
 import tinymodel
 from training import device as devices
-from training.config import TINY, ConfigError, Resolved
+from training.config import TINY, VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, ConfigError, Resolved
 
 logger = logging.getLogger(__name__)
 
@@ -296,23 +304,13 @@ def load_for_inference(
     holds one (``grpo_train.py`` saves it there), else the model's.
     """
     source = model_source(name)
-    adapter_dir = None
-    if adapter is not None:
-        adapter_dir = Path(adapter).expanduser()
-        if not adapter_dir.is_dir():
-            raise ConfigError(f"adapter directory {adapter_dir.resolve()} does not exist")
-        if not (adapter_dir / "adapter_config.json").is_file():
-            raise ConfigError(
-                f"adapter directory {adapter_dir.resolve()} has no adapter_config.json (not a LoRA adapter)"
-            )
-        read_config(adapter_dir / "adapter_config.json")
+    adapter_dir = _adapter_dir(adapter)
     if device is None:
         profile, _ = devices.detect()
         device = "cuda" if profile == "rocm" else profile  # torch's ROCm build calls its GPUs cuda
     if dtype == "auto":
         dtype = "float32" if device == "cpu" else "auto"
-    has_tokenizer = adapter_dir is not None and (adapter_dir / "tokenizer_config.json").is_file()
-    tokenizer = _tokenizer(str(adapter_dir) if has_tokenizer else source, revision, trust_remote_code)
+    tokenizer = _inference_tokenizer(source, adapter_dir, revision, trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         source,
         revision=revision,
@@ -324,3 +322,68 @@ def load_for_inference(
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def _adapter_dir(adapter: str | Path | None) -> Path | None:
+    if adapter is None:
+        return None
+    adapter_dir = Path(adapter).expanduser()
+    if not adapter_dir.is_dir():
+        raise ConfigError(f"adapter directory {adapter_dir.resolve()} does not exist")
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ConfigError(f"adapter directory {adapter_dir.resolve()} has no adapter_config.json (not a LoRA adapter)")
+    read_config(adapter_dir / "adapter_config.json")
+    return adapter_dir
+
+
+def _inference_tokenizer(
+    source: str, adapter_dir: Path | None, revision: str | None, trust_remote_code: bool
+) -> PreTrainedTokenizerBase:
+    """The adapter directory's tokenizer when it holds one (``grpo_train.py`` saves it there), else the model's."""
+    has_tokenizer = adapter_dir is not None and (adapter_dir / "tokenizer_config.json").is_file()
+    return _tokenizer(str(adapter_dir) if has_tokenizer else source, revision, trust_remote_code)
+
+
+def load_generation_side(
+    name: str, adapter: str | Path | None = None, *, revision: str | None = None, trust_remote_code: bool = False
+) -> tuple[str, Path | None, PreTrainedTokenizerBase, GenerationConfig]:
+    """What a generation backend needs besides the weights: the model's location, the adapter directory
+    (checked), the tokenizer (as ``load_for_inference`` picks it) and the model's generation config."""
+    source = model_source(name)
+    adapter_dir = _adapter_dir(adapter)
+    tokenizer = _inference_tokenizer(source, adapter_dir, revision, trust_remote_code)
+    try:
+        generation = GenerationConfig.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
+    except OSError:  # no generation_config.json: transformers derives one from config.json
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(source, revision=revision))
+    return source, adapter_dir, tokenizer, generation
+
+
+def load_vllm(
+    source: str,
+    adapter_dir: Path | None = None,
+    *,
+    seed: int = 0,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[Any, Any]:
+    """``vllm.LLM`` on ``source`` (from ``load_generation_side``) and, for an adapter, vLLM's own ``LoRARequest``.
+
+    On CPU it runs float32, as the HF backend does there (vLLM would pick bfloat16), so that greedy games
+    can agree; elsewhere the checkpoint's dtype.
+    """
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError('--backend vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README)')
+    from vllm import LLM  # here: vLLM is an optional dependency
+    from vllm.lora.request import LoRARequest
+
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)  # else vLLM reserves a share of RAM
+    kwargs: dict[str, Any] = {"dtype": "auto" if gpu else "float32", "seed": seed, "revision": revision}
+    lora = None
+    if adapter_dir is not None:
+        rank = read_config(adapter_dir / "adapter_config.json")["r"]
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=rank)
+        lora = LoRARequest("adapter", 1, str(adapter_dir.resolve()))
+    return LLM(model=source, trust_remote_code=trust_remote_code, **kwargs), lora

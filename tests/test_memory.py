@@ -194,3 +194,15 @@ def test_shipped_vllm_configs_resolve_on_the_cuda_profile(config, mode):
     assert t.use_vllm and t.vllm_mode == mode
     run = memory.run_settings(resolved, prompt_tokens=216)
     assert run.vllm_fraction == (0.35 if mode == "colocate" else 0.0) and run.vllm_sleep == (mode == "colocate")
+
+
+def test_colocated_vllm_on_cpu_counts_its_kv_cache_and_weight_copy_not_a_share_of_ram(monkeypatch):
+    from training.config import resolve
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")
+    path = Path(__file__).resolve().parents[1] / "configs" / "vllm" / "colocate.yaml"
+    run = memory.run_settings(resolve(["--profile", "cpu", "--config", str(path), "--dry-run"]), prompt_tokens=216)
+    assert run.vllm_cpu_kv_gib == 2.0
+    parts = estimate(QWEN_SHAPE := Shape.from_config(QWEN2_5_3B), run, device_bytes=64 * GB)
+    assert parts["vllm"] == QWEN_SHAPE.params() * 2 + 2 * GB  # not 0.35 x 64 GB of RAM
+    assert parts["kv cache"] == 0  # vLLM's KV cache is inside its part

@@ -29,13 +29,14 @@ phases. The figures it is checked against are in docs/memory.md (``benchmarks/be
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from transformers import TrainerCallback
 
-from training.config import ConfigError, Resolved
+from training.config import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, ConfigError, Resolved
 from training.data import make_row
 from training.device import memory_in_use, memory_limit, rss_bytes
 from training.modeling import model_config
@@ -149,6 +150,7 @@ class Run:
     triton: bool = False  # TRL's fused LM head runs Triton kernels (CUDA, ROCm)
     vllm_fraction: float = 0.0  # colocated vLLM's share of the GPU (vllm_gpu_memory_utilization), 0 without
     vllm_sleep: bool = False  # vllm_enable_sleep_mode: vLLM hands its memory back while the loss runs
+    vllm_cpu_kv_gib: float = 0.0  # colocated vLLM on CPU: its KV cache (VLLM_CPU_KVCACHE_SPACE), not a share
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -203,8 +205,18 @@ def estimate(shape: Shape, run: Run, runtime: int = 0, device_bytes: int | None 
         "activations": activations,
         "logits": int(tile * tile_bytes),
         "kv cache": 0 if run.vllm_fraction else run.generation_batch * (run.prompt_tokens + run.completion_tokens) * kv,
-        "vllm": int(run.vllm_fraction * device_bytes) if run.vllm_fraction and device_bytes else 0,
+        "vllm": _vllm_bytes(shape, run, device_bytes),
     }
+
+
+def _vllm_bytes(shape: Shape, run: Run, device_bytes: int | None) -> int:
+    """A colocated vLLM: on a GPU its share of the device; on CPU its own bf16 copy of the weights (vLLM's
+    CPU dtype) and the KV cache it is given."""
+    if not run.vllm_fraction:
+        return 0
+    if run.vllm_cpu_kv_gib:
+        return int(shape.params() * 2 + run.vllm_cpu_kv_gib * GB)
+    return int(run.vllm_fraction * device_bytes) if device_bytes else 0
 
 
 def peak(parts: dict[str, int], vllm_sleeps: bool = False) -> int:
@@ -226,7 +238,9 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
         f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, "
         f"{run.generation_batch} sequences generated at once"
     )
-    if run.vllm_fraction:
+    if run.vllm_cpu_kv_gib:
+        assumes += f"; colocated vLLM holds a bf16 copy of the weights and a {run.vllm_cpu_kv_gib:g} GiB KV cache"
+    elif run.vllm_fraction:
         assumes += f"; colocated vLLM reserves {run.vllm_fraction:g} of the GPU" + (
             ", released while the loss runs (sleep mode)" if run.vllm_sleep else ""
         )
@@ -273,6 +287,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         triton=s.device in ("cuda", "rocm"),
         vllm_fraction=t.vllm_gpu_memory_utilization if t.use_vllm and t.vllm_mode == "colocate" else 0.0,
         vllm_sleep=bool(t.vllm_enable_sleep_mode),
+        vllm_cpu_kv_gib=float(os.environ.get(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)) if s.device == "cpu" else 0.0,
     )
 
 

@@ -203,6 +203,7 @@ def test_colocated_vllm_on_cpu_counts_its_kv_cache_and_weight_copy_not_a_share_o
     path = Path(__file__).resolve().parents[1] / "configs" / "vllm" / "colocate.yaml"
     run = memory.run_settings(resolve(["--profile", "cpu", "--config", str(path), "--dry-run"]), prompt_tokens=216)
     assert run.vllm_cpu_kv_gib == 2.0
-    parts = estimate(QWEN_SHAPE := Shape.from_config(QWEN2_5_3B), run, device_bytes=64 * GB)
-    assert parts["vllm"] == QWEN_SHAPE.params() * 2 + 2 * GB  # not 0.35 x 64 GB of RAM
+    shape = Shape.from_config(QWEN2_5_3B)
+    parts = estimate(shape, run, device_bytes=64 * GB)
+    assert parts["vllm"] == shape.params() * 2 + 2 * GB  # not 0.35 x 64 GB of RAM
     assert parts["kv cache"] == 0  # vLLM's KV cache is inside its part

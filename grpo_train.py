@@ -78,6 +78,7 @@ from training.modeling import (
     load_tokenizer,
     merge_adapter,
     model_source,
+    reloadable_vllm_cpu_weights,
 )
 from training.rollout import SLOTS, GameCheck, GameRollout
 from training.summary import eval_settings, to_yaml
@@ -314,6 +315,7 @@ def prepare(resolved: Resolved, run: Plan) -> None:
     offline_wandb_unless_logged_in(resolved)
     if resolved.training.use_vllm and resolved.script.device == "cpu":  # before vLLM starts (see training.config)
         os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)
+        reloadable_vllm_cpu_weights()
     if resolved.script.torch_threads:
         torch.set_num_threads(resolved.script.torch_threads)
 

@@ -359,6 +359,32 @@ def load_generation_side(
     return source, adapter_dir, tokenizer, generation
 
 
+def reloadable_vllm_cpu_weights() -> None:
+    """Keep a colocated vLLM's weights on CPU where TRL's per-step sync can write them.
+
+    After loading, vLLM's CPU build repacks each linear layer's weight for oneDNN (or for AMX kernels)
+    and drops the parameter, so TRL's ``model.load_weights`` then fails with "'Parameter' object has no
+    attribute 'weight_loader'" on CPUs where oneDNN builds its handle (and the lm_head's packed copy
+    would go stale). The layers keep their plain weight and torch's linear instead: slower, and right
+    after every sync. vLLM's own GPU path keeps its weights, and evaluation never syncs, so neither
+    needs this. Must run before vLLM builds the model: both callers import the function when they
+    process the loaded weights.
+    """
+    from vllm.model_executor.layers import utils  # here: vLLM is an optional dependency
+
+    repack = utils.dispatch_cpu_unquantized_gemm
+    if getattr(repack, "keeps_weights", False):
+        return
+
+    def keep(layer: torch.nn.Module, remove_weight: bool) -> None:
+        if layer.weight.is_meta or layer.weight.ndim != 2:  # not a dense linear layer: vLLM's own handling
+            return repack(layer, remove_weight)
+        layer.cpu_linear = torch.nn.functional.linear
+
+    keep.keeps_weights = True
+    utils.dispatch_cpu_unquantized_gemm = keep
+
+
 def load_vllm(
     source: str,
     adapter_dir: Path | None = None,

@@ -68,8 +68,9 @@ def main() -> int:
     parser.add_argument("--no_column_tags", action="store_true", help="untagged marks, as recipe 3's tokenizer")
     parser.add_argument("--train_states", type=int, default=40000)
     parser.add_argument("--eval_states", type=int, default=1500)
-    parser.add_argument("--steps", type=int, default=1500, help="bag training steps of 64 states (0: no bag)")
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--steps", type=int, default=1500, help="bag training steps (0: no bag)")
+    parser.add_argument("--batch_size", type=int, default=256, help="states per bag step (the build's)")
+    parser.add_argument("--lr", type=float, default=3e-2, help="the bag's learning rate (the build's)")
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
     parser.add_argument("--seed", type=int, default=0)
@@ -95,7 +96,7 @@ def main() -> int:
     column = {t: j for j, t in enumerate(word_ids)}
     started = time.monotonic()
     train_encoded = encode(tokenizer, train_rows)
-    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, 64, args.lr, args.seed)
+    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
     tags = "untagged" if args.no_column_tags else "column-tagged"

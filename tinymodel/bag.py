@@ -53,7 +53,7 @@ def fit_guess_bag(
     prefixes = [prefix for _, prefix, _ in states]
     word_ids = tokenizer.convert_tokens_to_ids(list(WORDS))
     column = {token: j for j, token in enumerate(word_ids)}
-    targets = [[column[c] for c in cands] for _, _, cands in states]
+    targets = [torch.tensor([column[c] for c in cands]) for _, _, cands in states]
     bag = torch.nn.EmbeddingBag(len(tokenizer), len(word_ids), mode="mean")
     torch.nn.init.zeros_(bag.weight)
     temperature = torch.nn.Parameter(torch.tensor(10.0))
@@ -63,7 +63,11 @@ def fit_guess_bag(
         flat = torch.tensor([t for i in batch for t in prefixes[i]])
         offsets = torch.tensor([0, *itertools.accumulate(len(prefixes[i]) for i in batch)][:-1])
         logp = (temperature * bag(flat, offsets)).log_softmax(-1)
-        loss = -torch.stack([logp[k, targets[i]].mean() for k, i in enumerate(batch)]).mean()
+        # The soft target as one (batch x answers) matrix, each row uniform over its state's candidates.
+        soft = torch.zeros_like(logp)
+        for k, i in enumerate(batch):
+            soft[k, targets[i]] = 1.0 / len(targets[i])
+        loss = -(soft * logp).sum(-1).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -5,10 +5,12 @@
     python benchmarks/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
     python benchmarks/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
-Every figure is on game states of the held-out secrets (``tinymodel.data.game_rows`` on ``eval_secrets()``),
-per number of past guesses: the probability put on still-possible answers at the guess token, and
-how often the most likely answer is one. A model is fed the prompt and the right think
-(``<think>.R..E</think><guess>``), so only the choice of word is measured.
+The bag learns from game states of the secrets the build's SFT learns from (``train_secrets("sft")``),
+and every figure is on game states of the validation secrets (``train_secrets("val")``, which settings
+are chosen on; ``--split test`` for the held-out ones), per number of past guesses: the probability
+put on still-possible answers at the guess token, and how often the most likely answer is one. A
+model is fed the prompt and the right think (``<think>.R..E</think><guess>``), so only the choice of
+word is measured.
 
 The *bag* is ``tinymodel.bag.fit_guess_bag``: a softmax regression whose logits for the guess are
 the mean over the prefix's tokens of one learned row per token. With column-tagged marks
@@ -73,13 +75,15 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=3e-2, help="the bag's learning rate (the build's)")
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
+    parser.add_argument("--split", choices=["val", "test"], default="val", help="secrets of the probed states")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     solver = Solver()
-    train_rows = game_rows(args.train_states, random.Random(args.seed), solver, train_secrets())
-    eval_rows = game_rows(args.eval_states, random.Random(args.seed + 1), solver, eval_secrets())
+    train_rows = game_rows(args.train_states, random.Random(args.seed), solver, train_secrets("sft"))
+    probed = train_secrets("val") if args.split == "val" else eval_secrets()
+    eval_rows = game_rows(args.eval_states, random.Random(args.seed + 1), solver, probed)
     word_ids_of = lambda tok: tok.convert_tokens_to_ids(list(WORDS))
 
     if args.model:

@@ -207,3 +207,12 @@ def test_colocated_vllm_on_cpu_counts_its_kv_cache_and_weight_copy_not_a_share_o
     parts = estimate(shape, run, device_bytes=64 * GB)
     assert parts["vllm"] == shape.params() * 2 + 2 * GB  # not 0.35 x 64 GB of RAM
     assert parts["kv cache"] == 0  # vLLM's KV cache is inside its part
+
+
+def test_a_cpu_run_without_vllm_counts_and_names_no_vllm():
+    from training.config import resolve
+
+    run = memory.run_settings(resolve(["--profile", "cpu", "--dry-run"]), prompt_tokens=68)
+    assert run.vllm_fraction == 0.0 and run.vllm_cpu_kv_gib == 0.0
+    out = memory.report(Shape.from_config(QWEN2_5_3B), run, "cpu", runtime=0)
+    assert "vLLM" not in out["assumes"] and "vllm" not in out["parts_gb"]

@@ -271,6 +271,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
     per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
     # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.
     sequences = per_device_generation // SLOTS if s.rollout == "game" else per_device_generation
+    vllm_fraction = t.vllm_gpu_memory_utilization if t.use_vllm and t.vllm_mode == "colocate" else 0.0
     return Run(
         dtype=str(m.dtype or "float32"),
         load_in_4bit=bool(m.load_in_4bit),
@@ -285,9 +286,12 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         completion_tokens=t.max_completion_length,
         checkpointing=bool(t.gradient_checkpointing),
         triton=s.device in ("cuda", "rocm"),
-        vllm_fraction=t.vllm_gpu_memory_utilization if t.use_vllm and t.vllm_mode == "colocate" else 0.0,
+        vllm_fraction=vllm_fraction,
         vllm_sleep=bool(t.vllm_enable_sleep_mode),
-        vllm_cpu_kv_gib=float(os.environ.get(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)) if s.device == "cpu" else 0.0,
+        # Only with a colocated vLLM: without one the estimate's note would name a vLLM the run does not start.
+        vllm_cpu_kv_gib=float(os.environ.get(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT))
+        if vllm_fraction and s.device == "cpu"
+        else 0.0,
     )
 
 

@@ -73,11 +73,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=1500, help="bag training steps (0: no bag)")
     parser.add_argument("--batch_size", type=int, default=256, help="states per bag step (the build's)")
     parser.add_argument("--lr", type=float, default=3e-2, help="the bag's learning rate (the build's)")
+    parser.add_argument("--pooling", choices=["mean", "sum"], default="mean", help="the bag's pooling (build: mean)")
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
     parser.add_argument("--split", choices=["val", "test"], default="val", help="secrets of the probed states")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.wire and args.pooling != "mean":
+        parser.error("--wire needs --pooling mean: layer 0's uniform attention computes a mean")
     torch.set_num_threads(1)
 
     solver = Solver()
@@ -100,11 +103,12 @@ def main() -> int:
     column = {t: j for j, t in enumerate(word_ids)}
     started = time.monotonic()
     train_encoded = encode(tokenizer, train_rows)
-    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed)
+    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
     tags = "untagged" if args.no_column_tags else "column-tagged"
-    report(f"bag of {tags} tokens", [matrix[p].mean(0).softmax(-1) for p in ids], cands, past, column)
+    pool = (lambda rows: rows.sum(0)) if args.pooling == "sum" else (lambda rows: rows.mean(0))
+    report(f"bag of {tags} tokens ({args.pooling})", [pool(matrix[p]).softmax(-1) for p in ids], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
         wire_guess_bag(model, matrix, word_ids, train_encoded)

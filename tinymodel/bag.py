@@ -39,6 +39,7 @@ def fit_guess_bag(
     batch_size: int,
     learning_rate: float,
     seed: int,
+    pooling: str = "mean",
 ) -> torch.Tensor:
     """A softmax regression for the guessed answer: its logits are the mean, over the tokens before it,
     of one learned row per token, fitted to the soft target of :class:`tinymodel.sft.SoftTargetTrainer`.
@@ -47,6 +48,8 @@ def fit_guess_bag(
     with an S; a green R in column 2 raises every word with R there), so the bag composes any number
     of feedback lines, which a transformer trained from scratch did not learn to do at this compute
     (docs/embedded-model.md, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
+    ``pooling="sum"`` sums the rows instead, so that a constraint keeps its weight however long the prompt:
+    for ``benchmarks/probe_guess_bag.py`` only, since the wiring computes a mean.
     """
     generator = torch.Generator().manual_seed(seed)
     states = guess_states(encoded)
@@ -54,7 +57,7 @@ def fit_guess_bag(
     word_ids = tokenizer.convert_tokens_to_ids(list(WORDS))
     column = {token: j for j, token in enumerate(word_ids)}
     targets = [torch.tensor([column[c] for c in cands]) for _, _, cands in states]
-    bag = torch.nn.EmbeddingBag(len(tokenizer), len(word_ids), mode="mean")
+    bag = torch.nn.EmbeddingBag(len(tokenizer), len(word_ids), mode=pooling)
     torch.nn.init.zeros_(bag.weight)
     temperature = torch.nn.Parameter(torch.tensor(10.0))
     optimizer = torch.optim.Adam([bag.weight, temperature], lr=learning_rate)
@@ -80,8 +83,8 @@ def wire_guess_bag(
     model: Qwen2ForCausalLM, matrix: torch.Tensor, word_ids: list[int], encoded: datasets.Dataset
 ) -> None:
     """Make layer 0 compute the bag's mean before any training, so that SFT starts from a model that
-    already composes feedback lines (measured: the untrained wired model's top answer fits every
-    line in 93% of one-guess states and 67% of two-guess ones; benchmarks/probe_guess_bag.py).
+    already composes feedback lines (measured on recipe 6's bag: the untrained wired model's top answer
+    fits every line in 93% of one-guess states and 67% of two-guess ones; benchmarks/probe_guess_bag.py).
 
     - embeddings: an SVD of ``matrix`` (rank hidden - 1) gives each token a row and each answer an
       output vector; the last coordinate is slack that gives every token row the same norm, so

@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 
 # Recorded in build_info.json: bump when the recipe changes.
 # 6: recipe 5's training, and a generation config that suppresses prompt-only tokens.
-# 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 90% of
-#    two-guess held-out states instead of 66%: benchmarks/probe_guess_bag.py, docs/research-log.md e36).
+# 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 87% of
+#    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
 RECIPE_VERSION = 7
 
 
@@ -66,7 +66,7 @@ SCALES: dict[str, Scale] = {
         batch_size=64,
         learning_rate=1e-3,  # 5e-4 left the replies' format unlearnt after 300 steps
         bag_steps=1500,
-        bag_batch_size=256,  # 64 at 1e-2 left it underfit: 66% of two-guess states answered consistently
+        bag_batch_size=256,  # 64 at 1e-2 left it underfit: 63% of two-guess states answered consistently
         bag_learning_rate=3e-2,
         hidden_size=256,
         intermediate_size=768,

@@ -227,15 +227,17 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
     assert turns == set(range(6))
 
 
-def test_guess_bag_learns_to_favour_still_possible_answers():
+@pytest.mark.parametrize("pooling", ["mean", "sum"])  # sum: the probe's alternative (research log, e34)
+def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
     rows = game_rows(300, random.Random(0), Solver(), train_secrets())
     encoded = encode(TOKENIZER, rows)
-    matrix = fit_guess_bag(encoded, TOKENIZER, steps=100, batch_size=32, learning_rate=1e-2, seed=0)
+    matrix = fit_guess_bag(encoded, TOKENIZER, steps=100, batch_size=32, learning_rate=1e-2, seed=0, pooling=pooling)
     assert matrix.shape == (len(TOKENIZER), len(WORDS))
     column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(WORDS)))}
     gains = []
     for _, prefix, cands in guess_states(encoded):
-        probs = matrix[prefix].mean(0).softmax(-1)
+        rows_of = matrix[prefix]
+        probs = (rows_of.mean(0) if pooling == "mean" else rows_of.sum(0)).softmax(-1)
         gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5

@@ -107,8 +107,8 @@ def main() -> int:
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
     tags = "untagged" if args.no_column_tags else "column-tagged"
-    pool = (lambda rows: rows.sum(0)) if args.pooling == "sum" else (lambda rows: rows.mean(0))
-    report(f"bag of {tags} tokens ({args.pooling})", [pool(matrix[p]).softmax(-1) for p in ids], cands, past, column)
+    logits = [getattr(matrix[p], args.pooling)(0) for p in ids]  # the rows' mean or sum
+    report(f"bag of {tags} tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
         wire_guess_bag(model, matrix, word_ids, train_encoded)

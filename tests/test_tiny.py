@@ -236,8 +236,7 @@ def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
     column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(WORDS)))}
     gains = []
     for _, prefix, cands in guess_states(encoded):
-        rows_of = matrix[prefix]
-        probs = (rows_of.mean(0) if pooling == "mean" else rows_of.sum(0)).softmax(-1)
+        probs = getattr(matrix[prefix], pooling)(0).softmax(-1)  # the rows' mean or sum
         gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5

@@ -1,9 +1,10 @@
 """Building the embedded model: a small Qwen2, the wired guess bag, supervised training, a held-out score.
 
 ``python -m tinymodel`` (or :func:`build`) rebuilds the shipped model in ``tinymodel/model`` (15 to 30
-minutes on one CPU core, by the machine's speed; training stops early if a busy machine would push it past the scale's ``max_seconds``,
-and build_info.json says so); ``--scale ci`` makes a throwaway one in seconds for tests. What was
-tried before this recipe, and what each try measured, is in docs/embedded-model.md.
+minutes on one CPU core, by the machine's speed; training stops early if a busy machine would push it
+past the scale's ``max_seconds``, and build_info.json says so); ``--scale ci`` makes a throwaway one in
+seconds for tests. What was tried before this recipe, and what each try measured, is in
+docs/embedded-model.md.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_system_prompt_round_trips():
 def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
     assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
-    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", ": ", "C(-)"]  # in a history: spelled
+    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", "⟦CRANE⟧", ": ", "C(-)"]  # in a history: spelled, marked
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -105,19 +105,50 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert TOKENIZER.tokenize("crane</guess>") == [*"crane", "</guess>"]  # answers are upper case only
 
 
-UNTAGGED = build_tokenizer(column_tags=False)
+UNTAGGED = build_tokenizer(column_tags=False, past_guesses=False)
+RECIPE_7 = build_tokenizer(past_guesses=False)
 
 
 def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
     lines = "SOARE: S(-) O(~) A(✓) R(-) E(-)\nPANEL: P(-) A(~) N(-) E(✓) L(-)"
     tokens = TOKENIZER.tokenize(lines)
     assert tokens[6:11] == ["S(-)₁", " O(~)₂", " A(✓)₃", " R(-)₄", " E(-)₅"]
-    assert tokens[-5:] == ["P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
+    assert tokens[-7:] == ["⟦PANEL⟧", ": ", "P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
     assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == lines  # the tags are not text
     assert UNTAGGED.tokenize(lines)[6:11] == ["S(-)", " O(~)", " A(✓)", " R(-)", " E(-)"]  # recipe 3's tokenizer
     # Only whole lines of five marks after "WORD: " are tagged: a fragment or a sixth mark is not a guess's feedback.
     for text in ("S(-) O(~) A(✓) R(-) E(-)", "SOARES: S(-) O(~) A(✓) R(-) E(-) S(-)", "SOA: S(-) O(~) A(✓)"):
         assert not any(tag in token for token in TOKENIZER.tokenize(text) for tag in COLUMN_TAGS), text
+
+
+# (history, what follows each spelled past guess): an answer gets its own token, and only where it
+# starts a feedback line; other allowed words (the opener SOARE), a reply's guess and lower case do not.
+PAST_GUESS_CASES = [
+    ("CRANE: C(-) R(✓) A(~) N(-) E(-)", [*"CRANE", "⟦CRANE⟧", ": "]),
+    ("SOARE: S(-) O(~) A(✓) R(-) E(-)", [*"SOARE", ": "]),
+    ("XCRANE: C(-)", [*"XCRANE", ": "]),  # not a word at a line's start
+    ("CRANE, C(-)", [*"CRANE", ","]),  # not a feedback line
+    ("crane: c(-)", [*"crane", ": "]),
+]
+
+
+@pytest.mark.parametrize(("text", "start"), PAST_GUESS_CASES)
+def test_a_past_answer_gets_a_token_of_its_own_beside_its_letters(text, start):
+    tokens = TOKENIZER.tokenize(text)
+    assert tokens[: len(start)] == start
+    assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == text  # the token is not text
+    assert "⟦" not in "".join(RECIPE_7.tokenize(text))  # recipe 7's tokenizer has none
+
+
+def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():
+    history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "CRANE"])
+    tokens = TOKENIZER.tokenize(user_message(history))
+    assert [t for t in tokens if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
+    assert "⟦" not in "".join(TOKENIZER.tokenize(reply_text(history, "ROBIN")))
+    assert TOKENIZER.convert_tokens_to_ids("⟦CRANE⟧") in prompt_only_ids(TOKENIZER)  # never generated
+    # New tokens come after recipe 7's, whose ids do not move.
+    assert len(RECIPE_7) + len(WORDS) == len(TOKENIZER)
+    assert all(TOKENIZER.convert_tokens_to_ids(t) == i for t, i in RECIPE_7.get_vocab().items())
 
 
 @settings(max_examples=100, deadline=None)
@@ -152,9 +183,9 @@ def test_prompts_are_short():
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
     assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
-    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too
+    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too, and marked
     assert (
-        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 21
     )
 
 

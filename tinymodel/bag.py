@@ -15,7 +15,7 @@ import datasets
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from tinymodel.tokenizer import WORDS
+from tinymodel.tokenizer import PAST_GUESSES, WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ def fit_guess_bag(
     (docs/embedded-model.md, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
     ``pooling="sum"`` sums the rows instead, so that a constraint keeps its weight however long the prompt:
     for ``benchmarks/probe_guess_bag.py`` only, since the wiring computes a mean.
+
+    A past-guess token's row (``⟦W⟧``, see ``tinymodel.tokenizer.PAST_GUESSES``) is not free: it is
+    ``-c`` in W's own column and 0 elsewhere, one ``c`` for all. Free rows, each seen a few dozen times,
+    learnt the training secrets instead (validation states' top answer still possible after two guesses:
+    0.78, against 0.87 without the tokens; docs/research-log.md, e44).
     """
     generator = torch.Generator().manual_seed(seed)
     states = guess_states(encoded)
@@ -57,15 +62,30 @@ def fit_guess_bag(
     word_ids = tokenizer.convert_tokens_to_ids(list(WORDS))
     column = {token: j for j, token in enumerate(word_ids)}
     targets = [torch.tensor([column[c] for c in cands]) for _, _, cands in states]
-    bag = torch.nn.EmbeddingBag(len(tokenizer), len(word_ids), mode=pooling)
+    vocab = tokenizer.get_vocab()
+    past = {vocab[token]: j for j, token in enumerate(PAST_GUESSES) if token in vocab}
+    # The bag's own rows: every token but the past-guess ones, which share one row held at 0 (Adam moves
+    # no weight whose gradient is always 0); their -c is added below. A smaller table fits faster.
+    own = [t for t in range(len(tokenizer)) if t not in past]
+    row_of = torch.full((len(tokenizer),), len(own), dtype=torch.long)
+    row_of[own] = torch.arange(len(own))
+    prefixes = [row_of[torch.tensor(prefix)].tolist() for prefix in prefixes]
+    guessed_in = [[(past[t], prefix.count(t)) for t in set(prefix) if t in past] for _, prefix, _ in states]
+    bag = torch.nn.EmbeddingBag(len(own) + 1, len(word_ids), mode=pooling)
     torch.nn.init.zeros_(bag.weight)
+    bag.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([len(own)]), 0.0))
     temperature = torch.nn.Parameter(torch.tensor(10.0))
-    optimizer = torch.optim.Adam([bag.weight, temperature], lr=learning_rate)
+    not_guessed = torch.nn.Parameter(torch.tensor(1.0))  # c
+    optimizer = torch.optim.Adam([bag.weight, temperature, not_guessed], lr=learning_rate)
     for step in range(steps):
         batch = torch.randint(len(states), (batch_size,), generator=generator).tolist()
         flat = torch.tensor([t for i in batch for t in prefixes[i]])
         offsets = torch.tensor([0, *itertools.accumulate(len(prefixes[i]) for i in batch)][:-1])
-        logp = (temperature * bag(flat, offsets)).log_softmax(-1)
+        guessed = torch.zeros(batch_size, len(word_ids))  # each past guess's share of the pool
+        for k, i in enumerate(batch):
+            for j, count in guessed_in[i]:
+                guessed[k, j] = count / len(prefixes[i]) if pooling == "mean" else count
+        logp = (temperature * (bag(flat, offsets) - not_guessed * guessed)).log_softmax(-1)
         # The soft target as one (batch x answers) matrix, each row uniform over its state's candidates.
         soft = torch.zeros_like(logp)
         for k, i in enumerate(batch):
@@ -74,8 +94,16 @@ def fit_guess_bag(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    logger.info("guess bag: %d steps, last loss %.3f", steps, loss.item() if steps else float("nan"))
-    return (temperature * bag.weight).detach()
+    logger.info(
+        "guess bag: %d steps, last loss %.3f, past-guess weight %.2f",
+        steps,
+        loss.item() if steps else float("nan"),
+        not_guessed.item(),
+    )
+    matrix = bag.weight.detach()[row_of]
+    for token, j in past.items():
+        matrix[token, j] = -not_guessed.item()
+    return temperature.detach() * matrix
 
 
 @torch.no_grad()

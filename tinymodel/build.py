@@ -37,7 +37,9 @@ logger = logging.getLogger(__name__)
 # 6: recipe 5's training, and a generation config that suppresses prompt-only tokens.
 # 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 87% of
 #    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
-RECIPE_VERSION = 7
+# 8: (not shipped) practice histories that repeat a guess; docs/research-log.md e40.
+# 9: a past-guess token beside the spelled letters, its bag row "not this word" (tinymodel.tokenizer.PAST_GUESSES).
+RECIPE_VERSION = 9
 
 
 @dataclasses.dataclass(frozen=True)

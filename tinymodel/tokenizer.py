@@ -54,6 +54,13 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
+# A past guess that is an answer also gets one token of its own, "⟦ABODE⟧", which a normalizer puts after
+# the spelled word (its letters stay: they are what the marked letters and the think are read from).
+# Why: a constraint row says "words with D lose", but nothing made of letter rows says "not ABODE itself";
+# the near miss that breaks one grey letter then outscores the one answer left, and three repeated guesses
+# in four came in such end games (docs/research-log.md, e44). The token's guess-bag row can say it: the
+# e19 probe, handed that feature at inference, cut repeats from 17.5% to 6.9% with no training.
+PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
 # R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
@@ -65,11 +72,13 @@ PROMPT_ONLY = (
     UNK,
     *(p for p in PIECES if p not in ("<think>", "</think>", "<guess>", "</guess>")),
     *TAGGED_LETTERS,
+    *PAST_GUESSES,
 )
 
 
 def prompt_only_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
-    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3's lacks the column tags)."""
+    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3's lacks the column tags, recipe 7's the
+    past-guess tokens)."""
     vocab = tokenizer.get_vocab()
     return sorted(vocab[t] for t in PROMPT_ONLY if t in vocab)
 
@@ -112,28 +121,41 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True) -> PreTrainedTokenizerFast:
+def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
     of ``PIECES`` or else one character, and the decoder joins tokens back without separators, so
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
-    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons.
+    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
+    adds a token after each past guess that is an answer (see ``PAST_GUESSES``); ``False`` is recipe 7's
+    tokenizer. New tokens come last, so the ids of the older ones do not move.
     """
     tagged = TAGGED_LETTERS if column_tags else ()
-    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged))}
+    marked = PAST_GUESSES if past_guesses else ()
+    vocab = {
+        token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *marked))
+    }
     pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
+    if past_guesses:
+        pieces = f"⟦[A-Z]{{5}}⟧|{pieces}"
     # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
     # so the model reads its letters next to their marks and is not primed to repeat the word.
     words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
     pieces = f"{words}|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
+    # The normalizers add what the decoder removes again, so prompts still decode to themselves.
+    added = []
     if column_tags:
-        backend.normalizer = _column_tagger()
-        backend.decoder = decoders.Sequence([decoders.Replace(Regex(f"[{COLUMN_TAGS}]"), ""), decoders.Fuse()])
+        added.append(f"[{COLUMN_TAGS}]")
+    if past_guesses:
+        added.append("⟦[A-Z]{5}⟧")
+    rules = ([_column_tagger()] if column_tags else []) + ([_past_guess_marker()] if past_guesses else [])
+    if rules:
+        backend.normalizer = normalizers.Sequence(rules)
+    backend.decoder = decoders.Sequence([*(decoders.Replace(Regex(a), "") for a in added), decoders.Fuse()])
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -164,6 +186,15 @@ def _column_tagger() -> normalizers.Normalizer:
             for m in MARKS
         ]
     return normalizers.Sequence(rules)
+
+
+def _past_guess_marker() -> normalizers.Normalizer:
+    """Puts ``⟦W⟧`` after every answer W spelled at the start of a feedback line (``"ABODE: "`` becomes
+    ``"ABODE⟦ABODE⟧: "``). One rule per answer, since a normalizer's replacement is literal text:
+    0.5 ms a prompt, measured."""
+    return normalizers.Sequence(
+        [normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), f"{word}⟦{word}⟧") for word in WORDS]
+    )
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:

@@ -271,6 +271,12 @@ def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
         gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5
+    # A past-guess token's row says "not W" and nothing else, with one weight for every W, learnt to be
+    # negative: a past guess is never the answer (the game stops at a win).
+    past = torch.tensor(TOKENIZER.convert_tokens_to_ids([f"⟦{w}⟧" for w in WORDS]))
+    own = matrix[past, torch.arange(len(WORDS))]
+    assert float(own[0]) < 0 and torch.equal(own, torch.full_like(own, float(own[0])))
+    assert matrix[past].count_nonzero() == len(WORDS)
 
 
 def test_wiring_makes_layer_zero_compute_the_guess_bag():

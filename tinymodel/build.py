@@ -28,7 +28,7 @@ from tinymodel import MODEL_DIR
 from tinymodel.bag import fit_guess_bag, wire_guess_bag
 from tinymodel.data import encode, game_rows
 from tinymodel.sft import WallClock, train
-from tinymodel.tokenizer import WORDS, build_tokenizer, prompt_only_ids, save_tokenizer
+from tinymodel.tokenizer import WORDS, build_tokenizer, past_guess_ids, prompt_only_ids, save_tokenizer
 from wordle import Solver, train_secrets
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 # 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 87% of
 #    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
 # 8: (not shipped) practice histories that repeat a guess; docs/research-log.md e40.
-# 9: a past-guess token beside the spelled letters, its bag row "not this word" (tinymodel.tokenizer.PAST_GUESSES).
+# 9: a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), wired as "not this word"
+#    and held through SFT.
 RECIPE_VERSION = 9
 
 
@@ -149,18 +150,20 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
 
     encoded = encode(tokenizer, rows)
     word_ids = tokenizer.convert_tokens_to_ids(list(WORDS))
+    past_ids = past_guess_ids(tokenizer)
     wire_guess_bag(
         model,
         fit_guess_bag(encoded, tokenizer, spec.bag_steps, spec.bag_batch_size, spec.bag_learning_rate, seed),
         word_ids,
         encoded,
+        past_ids,
     )
     logger.info("guess bag fitted and wired into layer 0 in %.0f s", time.monotonic() - started)
 
     clock = WallClock(started + spec.max_seconds)
     with tempfile.TemporaryDirectory(prefix="tiny-sft-") as scratch:
         steps, loss = train(
-            model, tokenizer, encoded, spec.steps, spec.batch_size, spec.learning_rate, seed, clock, scratch
+            model, tokenizer, encoded, spec.steps, spec.batch_size, spec.learning_rate, seed, clock, scratch, past_ids
         )
     logger.info("trained %d steps, mean loss %.3f", steps, loss)
     if clock.stopped_early:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 
 import datasets
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments
 
 from tinymodel.data import collate
@@ -57,9 +59,11 @@ def train(
     seed: int,
     clock: WallClock,
     scratch: str,
+    held_rows: Sequence[int] = (),
 ) -> tuple[int, float]:
     """``steps`` steps of supervised training on the replies (see :class:`SoftTargetTrainer`);
-    returns the steps taken and the mean training loss."""
+    returns the steps taken and the mean training loss. The embedding rows ``held_rows`` get no
+    gradient (the wired past-guess rows: SFT is not to learn them away)."""
     config = TrainingArguments(
         output_dir=scratch,
         max_steps=steps,
@@ -86,5 +90,10 @@ def train(
         data_collator=functools.partial(collate, pad_id=tokenizer.pad_token_id),
         callbacks=[clock],
     )
-    result = trainer.train()
+    held = torch.tensor(list(held_rows), dtype=torch.long)
+    hook = model.get_input_embeddings().weight.register_hook(lambda grad: grad.index_fill(0, held, 0.0))
+    try:
+        result = trainer.train()
+    finally:
+        hook.remove()
     return trainer.state.global_step, result.training_loss

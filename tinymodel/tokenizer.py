@@ -76,6 +76,12 @@ PROMPT_ONLY = (
 )
 
 
+def past_guess_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
+    """The ids of ``PAST_GUESSES`` in ``WORDS`` order, or [] for a tokenizer without them (recipe 7's)."""
+    vocab = tokenizer.get_vocab()
+    return [vocab[t] for t in PAST_GUESSES] if PAST_GUESSES[0] in vocab else []
+
+
 def prompt_only_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
     """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3's lacks the column tags, recipe 7's the
     past-guess tokens)."""

@@ -23,7 +23,16 @@ from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
 from tinymodel.build import RECIPE_VERSION, SCALES, build, build_model
 from tinymodel.data import encode, game_rows, reply_text, think_text
-from tinymodel.tokenizer import CHARACTERS, CHAT_TEMPLATE, COLUMN_TAGS, WORDS, build_tokenizer, prompt_only_ids
+from tinymodel.sft import WallClock, train
+from tinymodel.tokenizer import (
+    CHARACTERS,
+    CHAT_TEMPLATE,
+    COLUMN_TAGS,
+    WORDS,
+    build_tokenizer,
+    past_guess_ids,
+    prompt_only_ids,
+)
 from training.config import ConfigError, resolve
 from training.data import make_row
 from training.modeling import model_source
@@ -300,6 +309,36 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
             assert bag[logits.argmax()] >= bag.topk(10).values[-1]  # its top answer is among the bag's ten
     with pytest.raises(ValueError, match="one key/value head per attention head"):
         wire_guess_bag(build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
+
+
+def test_wiring_makes_a_past_guess_token_say_not_this_word_and_sft_keeps_it(tmp_path):
+    spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
+    model = build_model(TOKENIZER, spec, seed=0)
+    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
+    matrix = fit_guess_bag(encoded, TOKENIZER, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
+    wire_guess_bag(model, matrix, word_ids, encoded, past_ids)
+    rows = model.get_input_embeddings().weight.detach().clone()
+    # Minus the answer's output vector, at the norm of every other prompt token.
+    cosine = torch.nn.functional.cosine_similarity(rows[past_ids], rows[word_ids])
+    assert torch.allclose(cosine, torch.full_like(cosine, -1.0), atol=1e-5)
+    think = TOKENIZER.convert_tokens_to_ids("<think>")
+    assert torch.allclose(rows[past_ids].norm(dim=1), rows[think].norm().expand(len(past_ids)), rtol=1e-4)
+    # In a prompt, ⟦W⟧ lowers the model's top answer W by more than it lowers the answers on average.
+    with torch.no_grad():
+        for _, prefix, _ in guess_states(encoded)[:10]:
+            before = model(torch.tensor([prefix])).logits[0, -1, word_ids]
+            top = int(before.argmax())
+            marked = [prefix[0], past_ids[top], *prefix[1:]]
+            change = model(torch.tensor([marked])).logits[0, -1, word_ids] - before
+            assert change[top] < change.mean() - 3 * change.std()
+    # SFT gives the held rows no gradient: only AdamW's weight decay moves them.
+    clock = WallClock(float("inf"))
+    train(model, TOKENIZER, encoded, 5, 8, 1e-2, 0, clock, str(tmp_path), held_rows=past_ids)
+    after = model.get_input_embeddings().weight.detach()
+    held = (after[past_ids] - rows[past_ids]).norm(dim=1) / rows[past_ids].norm(dim=1)
+    trained = (after[word_ids] - rows[word_ids]).norm(dim=1) / rows[word_ids].norm(dim=1)
+    assert float(held.max()) <= 5 * 1e-2 * 0.01 and float(trained.max()) > 1e-3
 
 
 # --- a ci-scale build -----------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
 from tinymodel.build import RECIPE_VERSION, SCALES, build, build_model
 from tinymodel.data import encode, game_rows, reply_text, think_text
-from tinymodel.sft import WallClock, train
 from tinymodel.tokenizer import (
     CHARACTERS,
     CHAT_TEMPLATE,
@@ -311,19 +310,15 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
         wire_guess_bag(build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
 
 
-def test_wiring_makes_a_past_guess_token_say_not_this_word_and_sft_keeps_it(tmp_path):
+def test_wiring_makes_a_past_guess_token_say_not_this_word():
     spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
     model = build_model(TOKENIZER, spec, seed=0)
     encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
     word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
     matrix = fit_guess_bag(encoded, TOKENIZER, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
     wire_guess_bag(model, matrix, word_ids, encoded, past_ids)
-    rows = model.get_input_embeddings().weight.detach().clone()
-    # Minus the answer's output vector, at the norm of every other prompt token.
-    cosine = torch.nn.functional.cosine_similarity(rows[past_ids], rows[word_ids])
-    assert torch.allclose(cosine, torch.full_like(cosine, -1.0), atol=1e-5)
-    think = TOKENIZER.convert_tokens_to_ids("<think>")
-    assert torch.allclose(rows[past_ids].norm(dim=1), rows[think].norm().expand(len(past_ids)), rtol=1e-4)
+    rows = model.get_input_embeddings().weight.detach()
+    assert torch.equal(rows[past_ids], -rows[word_ids])  # minus the answer's output vector (tied)
     # In a prompt, ⟦W⟧ lowers the model's top answer W by more than it lowers the answers on average.
     with torch.no_grad():
         for _, prefix, _ in guess_states(encoded)[:10]:
@@ -332,13 +327,6 @@ def test_wiring_makes_a_past_guess_token_say_not_this_word_and_sft_keeps_it(tmp_
             marked = [prefix[0], past_ids[top], *prefix[1:]]
             change = model(torch.tensor([marked])).logits[0, -1, word_ids] - before
             assert change[top] < change.mean() - 3 * change.std()
-    # SFT gives the held rows no gradient: only AdamW's weight decay moves them.
-    clock = WallClock(float("inf"))
-    train(model, TOKENIZER, encoded, 5, 8, 1e-2, 0, clock, str(tmp_path), held_rows=past_ids)
-    after = model.get_input_embeddings().weight.detach()
-    held = (after[past_ids] - rows[past_ids]).norm(dim=1) / rows[past_ids].norm(dim=1)
-    trained = (after[word_ids] - rows[word_ids]).norm(dim=1) / rows[word_ids].norm(dim=1)
-    assert float(held.max()) <= 5 * 1e-2 * 0.01 and float(trained.max()) > 1e-3
 
 
 # --- a ci-scale build -----------------------------------------------------------------------------
@@ -356,6 +344,9 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
+    # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
+    rows = model.get_input_embeddings().weight.detach()
+    assert torch.equal(rows[past_guess_ids(tokenizer)], -rows[tokenizer.convert_tokens_to_ids(list(WORDS))])
     prompt = tokenizer.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_tensors="pt")
     output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)
     new = output[0, prompt["input_ids"].shape[1] :]

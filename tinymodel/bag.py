@@ -125,10 +125,7 @@ def wire_guess_bag(
       values and output projections the identity;
     - later layers and every MLP start at a tenth of their output scale, close to the identity, so
       they add the reply's format without drowning the wired path;
-    - a past-guess token (``past_ids``, in ``word_ids``' order) gets minus its answer's output vector,
-      at the other rows' norm: "not W" in the one direction that lowers W most. The SVD cannot keep the
-      bag's own row for it (-c in one of 2315 columns, at rank 255), and only this direction worked:
-      handed it after SFT, the recipe-9 model's validation repeats fell from 19.6% to 7.6% (research log, e45);
+    - a past-guess token (``past_ids``, in ``word_ids``' order) says "not W" (see :func:`point_past_guesses`);
     - the final norm is scaled so that the answers' logits have the bag's spread (least squares on
       256 training states).
     """
@@ -147,9 +144,8 @@ def wire_guess_bag(
     rows *= row_norm / rows.norm(dim=1).max()
     rows[word_ids] = 0
     rows[word_ids, :rank] = words * row_norm / words.norm(dim=1).mean()
-    if len(past_ids):
-        rows[list(past_ids)] = -rows[word_ids] * (row_norm / rows[word_ids].norm(dim=1, keepdim=True))
     embeddings.copy_(rows)
+    point_past_guesses(model, word_ids, past_ids)
     for i, layer in enumerate(model.model.layers):
         attention = layer.self_attn
         if i == 0:
@@ -169,3 +165,19 @@ def wire_guess_bag(
         bag_logits.append(b - b.mean())
     z, b = torch.cat(model_logits), torch.cat(bag_logits)
     model.model.norm.weight.mul_(float((z * b).sum() / (z * z).sum()))
+
+
+@torch.no_grad()
+def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_ids: Sequence[int]) -> None:
+    """Set each past-guess token's row (``past_ids``, in ``word_ids``' order) to minus its answer's row,
+    which is also the answer's output vector (the embeddings are tied): "not W" in the one direction
+    that lowers W most.
+
+    The bag's own row for it (-c in one of 2315 columns) does not survive an SVD of rank 255, and SFT
+    moves the answers' vectors away from a row set before it, so the build calls this twice: when it
+    wires the bag, and again after SFT. On the validation secrets, the recipe-9 model wins 52.5% with the
+    rows as SFT left them and 58.4% re-pointed; repeats 14.1% -> 9.6% (docs/research-log.md, e45).
+    """
+    if len(past_ids):
+        embeddings = model.get_input_embeddings().weight
+        embeddings[list(past_ids)] = -embeddings[list(word_ids)]

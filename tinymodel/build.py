@@ -25,7 +25,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
 
 from evaluation.run import evaluate_model, select_secrets
 from tinymodel import MODEL_DIR
-from tinymodel.bag import fit_guess_bag, wire_guess_bag
+from tinymodel.bag import fit_guess_bag, point_past_guesses, wire_guess_bag
 from tinymodel.data import encode, game_rows
 from tinymodel.sft import WallClock, train
 from tinymodel.tokenizer import WORDS, build_tokenizer, past_guess_ids, prompt_only_ids, save_tokenizer
@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 # 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 87% of
 #    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
 # 8: (not shipped) practice histories that repeat a guess; docs/research-log.md e40.
-# 9: a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), wired as "not this word"
-#    and held through SFT.
+# 9: a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), its row minus its
+#    answer's, set at the wiring and again after SFT (tinymodel.bag.point_past_guesses).
 RECIPE_VERSION = 9
 
 
@@ -163,8 +163,9 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     clock = WallClock(started + spec.max_seconds)
     with tempfile.TemporaryDirectory(prefix="tiny-sft-") as scratch:
         steps, loss = train(
-            model, tokenizer, encoded, spec.steps, spec.batch_size, spec.learning_rate, seed, clock, scratch, past_ids
+            model, tokenizer, encoded, spec.steps, spec.batch_size, spec.learning_rate, seed, clock, scratch
         )
+    point_past_guesses(model, word_ids, past_ids)  # SFT moved the answers' vectors
     logger.info("trained %d steps, mean loss %.3f", steps, loss)
     if clock.stopped_early:
         logger.warning("training stopped early: the build's %.0f s budget ran out", spec.max_seconds)

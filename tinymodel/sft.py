@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
 
 import datasets
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments
 
 from tinymodel.data import collate
@@ -59,11 +57,9 @@ def train(
     seed: int,
     clock: WallClock,
     scratch: str,
-    held_rows: Sequence[int] = (),
 ) -> tuple[int, float]:
     """``steps`` steps of supervised training on the replies (see :class:`SoftTargetTrainer`);
-    returns the steps taken and the mean training loss. The embedding rows ``held_rows`` get no
-    gradient (the wired past-guess rows: SFT is not to learn them away)."""
+    returns the steps taken and the mean training loss."""
     config = TrainingArguments(
         output_dir=scratch,
         max_steps=steps,
@@ -90,10 +86,5 @@ def train(
         data_collator=functools.partial(collate, pad_id=tokenizer.pad_token_id),
         callbacks=[clock],
     )
-    held = torch.tensor(list(held_rows), dtype=torch.long)
-    hook = model.get_input_embeddings().weight.register_hook(lambda grad: grad.index_fill(0, held, 0.0))
-    try:
-        result = trainer.train()
-    finally:
-        hook.remove()
+    result = trainer.train()
     return trainer.state.global_step, result.training_loss

@@ -318,7 +318,8 @@ def test_wiring_makes_a_past_guess_token_say_not_this_word():
     matrix = fit_guess_bag(encoded, TOKENIZER, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
     wire_guess_bag(model, matrix, word_ids, encoded, past_ids)
     rows = model.get_input_embeddings().weight.detach()
-    assert torch.equal(rows[past_ids], -rows[word_ids])  # minus the answer's output vector (tied)
+    answers = rows[word_ids]
+    assert torch.equal(rows[past_ids], answers.mean(0) - answers)  # minus the answer's output vector (tied), centred
     # In a prompt, ⟦W⟧ lowers the model's top answer W by more than it lowers the answers on average.
     with torch.no_grad():
         for _, prefix, _ in guess_states(encoded)[:10]:
@@ -346,7 +347,8 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
     # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
     rows = model.get_input_embeddings().weight.detach()
-    assert torch.equal(rows[past_guess_ids(tokenizer)], -rows[tokenizer.convert_tokens_to_ids(list(WORDS))])
+    answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
+    assert torch.allclose(rows[past_guess_ids(tokenizer)], answers.mean(0) - answers)
     prompt = tokenizer.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_tensors="pt")
     output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)
     new = output[0, prompt["input_ids"].shape[1] :]

@@ -169,15 +169,17 @@ def wire_guess_bag(
 
 @torch.no_grad()
 def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_ids: Sequence[int]) -> None:
-    """Set each past-guess token's row (``past_ids``, in ``word_ids``' order) to minus its answer's row,
-    which is also the answer's output vector (the embeddings are tied): "not W" in the one direction
-    that lowers W most.
+    """Set each past-guess token's row (``past_ids``, in ``word_ids``' order) to minus its answer's row
+    less the answers' mean row: with tied embeddings that row is the answer's output vector, so the token
+    says "not W" in the direction that lowers W against the other answers. Centred, because the mean is
+    what every answer shares: uncentred rows lowered all answers against the reply's tags, and under GRPO
+    late replies wrote ``<guess><guess>`` (validation format failures up to 21%; research log, e45).
 
     The bag's own row for it (-c in one of 2315 columns) does not survive an SVD of rank 255, and SFT
     moves the answers' vectors away from a row set before it, so the build calls this twice: when it
-    wires the bag, and again after SFT. On the validation secrets, the recipe-9 model wins 52.5% with the
-    rows as SFT left them and 58.4% re-pointed; repeats 14.1% -> 9.6% (docs/research-log.md, e45).
+    wires the bag, and again after SFT (validation wins 52.5% with the rows SFT left, 62.4% re-pointed).
     """
     if len(past_ids):
         embeddings = model.get_input_embeddings().weight
-        embeddings[list(past_ids)] = -embeddings[list(word_ids)]
+        answers = embeddings[list(word_ids)]
+        embeddings[list(past_ids)] = answers.mean(0) - answers

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 #    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
 # 8: (not shipped) practice histories that repeat a guess; docs/research-log.md e40.
 # 9: a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), its row minus its
-#    answer's, set at the wiring and again after SFT (tinymodel.bag.point_past_guesses).
+#    answer's (centred), set at the wiring and again after SFT (tinymodel.bag.point_past_guesses).
 RECIPE_VERSION = 9
 
 

@@ -345,10 +345,6 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
-    # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
-    rows = model.get_input_embeddings().weight.detach()
-    answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
-    assert torch.allclose(rows[past_guess_ids(tokenizer)], answers.mean(0) - answers)
     prompt = tokenizer.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_tensors="pt")
     output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)
     new = output[0, prompt["input_ids"].shape[1] :]
@@ -356,6 +352,19 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     # Six steps of training: the reply itself may be eos at once, but the full-game path must run end to end.
     (result,) = evaluate_model(model, tokenizer, eval_secrets()[:4])
     assert result.metrics["games"] == 4 and all(len(game.turns) >= 1 for game in result.games)
+
+
+def test_past_guess_build_points_the_rows_at_the_trained_answers(tmp_path):
+    out = build(tmp_path / "r9", scale="ci", seed=0, past_guesses=True)
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["recipe_version"] == 9 and info["vocab_size"] == len(TOKENIZER) and "--past_guesses" in info["command"]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    assert tokenizer.tokenize("CRANE: C(-)")[5] == "⟦CRANE⟧"
+    # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
+    rows = model.get_input_embeddings().weight.detach()
+    answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
+    assert torch.allclose(rows[past_guess_ids(tokenizer)], answers.mean(0) - answers)
+    assert set(past_guess_ids(tokenizer)) <= set(model.generation_config.suppress_tokens)
 
 
 def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, tmp_path):

@@ -38,9 +38,12 @@ logger = logging.getLogger(__name__)
 # 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 87% of
 #    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
 # 8: (not shipped) practice histories that repeat a guess; docs/research-log.md e40.
-# 9: a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), its row minus its
-#    answer's (centred), set at the wiring and again after SFT (tinymodel.bag.point_past_guesses).
-RECIPE_VERSION = 9
+RECIPE_VERSION = 7
+# 9 (not shipped, ``--past_guesses``): recipe 7 and a past-guess token beside the spelled letters
+#    (tinymodel.tokenizer.PAST_GUESSES), its row minus its answer's (centred), set at the wiring and again
+#    after SFT (tinymodel.bag.point_past_guesses). A better start (validation repeats 18.8% -> 9.8%), but
+#    GRPO does not lift it past recipe 7's result (docs/research-log.md, e44-e47).
+PAST_GUESS_RECIPE = 9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,11 +128,12 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
     return model
 
 
-def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
+def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses: bool = False) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
     Every training row comes from game states of ``wordle.train_secrets("sft")``; the scores in
-    build_info.json are measured on game states of the held-out ``eval_secrets()``.
+    build_info.json are measured on game states of the held-out ``eval_secrets()``. ``past_guesses``
+    builds recipe 9 (see ``PAST_GUESS_RECIPE``) instead of the shipped recipe 7.
     """
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
@@ -139,7 +143,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     solver = Solver()
     rng = random.Random(seed)
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(past_guesses=past_guesses)
     model = build_model(tokenizer, spec, seed)
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
@@ -183,7 +187,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     model.save_pretrained(out_dir)
     save_tokenizer(tokenizer, out_dir)
     info = {
-        "recipe_version": RECIPE_VERSION,
+        "recipe_version": PAST_GUESS_RECIPE if past_guesses else RECIPE_VERSION,
         "scale": scale,
         "seed": seed,
         "parameters": n_params,
@@ -200,7 +204,8 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "build_seconds": round(time.monotonic() - started, 1),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
-        "command": "python -m tinymodel " + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}"]),
+        "command": "python -m tinymodel "
+        + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}", *(["--past_guesses"] * past_guesses)]),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
@@ -211,9 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=MODEL_DIR, help="directory to write (default: %(default)s)")
     parser.add_argument("--scale", choices=list(SCALES), default="full")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--past_guesses", action="store_true", help="recipe 9: a token for each past answer guess (not shipped)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    out = build(args.out, args.scale, args.seed)
+    out = build(args.out, args.scale, args.seed, args.past_guesses)
     info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))
     print(json.dumps(info, indent=2))
     return 0

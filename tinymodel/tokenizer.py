@@ -153,15 +153,15 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreT
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
     # The normalizers add what the decoder removes again, so prompts still decode to themselves.
-    added = []
-    if column_tags:
-        added.append(f"[{COLUMN_TAGS}]")
-    if past_guesses:
-        added.append("⟦[A-Z]{5}⟧")
-    rules = ([_column_tagger()] if column_tags else []) + ([_past_guess_marker()] if past_guesses else [])
+    # (One normalizer alone is set as it is, so recipe 7's tokenizer.json stays as it was.)
+    rules = [(f"[{COLUMN_TAGS}]", _column_tagger)] if column_tags else []
+    rules += [("⟦[A-Z]{5}⟧", _past_guess_marker)] if past_guesses else []
     if rules:
-        backend.normalizer = normalizers.Sequence(rules)
-    backend.decoder = decoders.Sequence([*(decoders.Replace(Regex(a), "") for a in added), decoders.Fuse()])
+        normalizer = [make() for _, make in rules]
+        backend.normalizer = normalizer[0] if len(normalizer) == 1 else normalizers.Sequence(normalizer)
+        backend.decoder = decoders.Sequence([*(decoders.Replace(Regex(added), "") for added, _ in rules), decoders.Fuse()])
+    else:
+        backend.decoder = decoders.Fuse()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,

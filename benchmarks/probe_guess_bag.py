@@ -2,7 +2,7 @@
 
     python benchmarks/probe_guess_bag.py                           # bag model, column-tagged tokens
     python benchmarks/probe_guess_bag.py --no_column_tags          # the same, untagged marks
-    python benchmarks/probe_guess_bag.py --no_past_guesses         # without the past-guess tokens (recipe 7)
+    python benchmarks/probe_guess_bag.py --past_guesses            # with recipe 9's past-guess tokens
     python benchmarks/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
     python benchmarks/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
@@ -69,7 +69,7 @@ def model_probs(model, ids, word_ids) -> list[torch.Tensor]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--no_column_tags", action="store_true", help="untagged marks, as recipe 3's tokenizer")
-    parser.add_argument("--no_past_guesses", action="store_true", help="no past-guess tokens, as recipe 7's")
+    parser.add_argument("--past_guesses", action="store_true", help="recipe 9's past-guess tokens")
     parser.add_argument("--train_states", type=int, default=40000)
     parser.add_argument("--eval_states", type=int, default=1500)
     parser.add_argument("--steps", type=int, default=1500, help="bag training steps (0: no bag)")
@@ -100,7 +100,7 @@ def main() -> int:
     if args.steps <= 0:
         return 0
 
-    tokenizer = build_tokenizer(column_tags=not args.no_column_tags, past_guesses=not args.no_past_guesses)
+    tokenizer = build_tokenizer(column_tags=not args.no_column_tags, past_guesses=args.past_guesses)
     word_ids = word_ids_of(tokenizer)
     column = {t: j for j, t in enumerate(word_ids)}
     started = time.monotonic()
@@ -108,7 +108,7 @@ def main() -> int:
     matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
-    tags = ("untagged" if args.no_column_tags else "column-tagged") + ("" if args.no_past_guesses else " + past-guess")
+    tags = ("untagged" if args.no_column_tags else "column-tagged") + (" + past-guess" if args.past_guesses else "")
     logits = [getattr(matrix[p], args.pooling)(0) for p in ids]  # the rows' mean or sum
     report(f"bag of {tags} tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:

@@ -50,7 +50,8 @@ from wordle import (
     train_secrets,
 )
 
-TOKENIZER = build_tokenizer()
+TOKENIZER = build_tokenizer()  # the shipped recipe 7's
+PAST = build_tokenizer(past_guesses=True)  # recipe 9's: a token for each past answer guess
 # What the shipped model must keep doing on 60 held-out games. When shipped it measured on these 60:
 # 22 wins (36.7%; random allowed words win none), 2.2% invalid replies, every turn-2 guess consistent
 # with the opener's feedback.
@@ -96,7 +97,7 @@ def test_system_prompt_round_trips():
 def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
     assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
-    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", "⟦CRANE⟧", ": ", "C(-)"]  # in a history: spelled, marked
+    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", ": ", "C(-)"]  # in a history: spelled
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -113,15 +114,15 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert TOKENIZER.tokenize("crane</guess>") == [*"crane", "</guess>"]  # answers are upper case only
 
 
-UNTAGGED = build_tokenizer(column_tags=False, past_guesses=False)
-RECIPE_7 = build_tokenizer(past_guesses=False)
+UNTAGGED = build_tokenizer(column_tags=False)
 
 
 def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
     lines = "SOARE: S(-) O(~) A(✓) R(-) E(-)\nPANEL: P(-) A(~) N(-) E(✓) L(-)"
     tokens = TOKENIZER.tokenize(lines)
     assert tokens[6:11] == ["S(-)₁", " O(~)₂", " A(✓)₃", " R(-)₄", " E(-)₅"]
-    assert tokens[-7:] == ["⟦PANEL⟧", ": ", "P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
+    assert tokens[-5:] == ["P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
+    assert PAST.tokenize(lines)[-7:] == ["⟦PANEL⟧", ": ", "P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
     assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == lines  # the tags are not text
     assert UNTAGGED.tokenize(lines)[6:11] == ["S(-)", " O(~)", " A(✓)", " R(-)", " E(-)"]  # recipe 3's tokenizer
     # Only whole lines of five marks after "WORD: " are tagged: a fragment or a sixth mark is not a guess's feedback.
@@ -142,28 +143,29 @@ PAST_GUESS_CASES = [
 
 @pytest.mark.parametrize(("text", "start"), PAST_GUESS_CASES)
 def test_a_past_answer_gets_a_token_of_its_own_beside_its_letters(text, start):
-    tokens = TOKENIZER.tokenize(text)
+    tokens = PAST.tokenize(text)
     assert tokens[: len(start)] == start
-    assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == text  # the token is not text
-    assert "⟦" not in "".join(RECIPE_7.tokenize(text))  # recipe 7's tokenizer has none
+    assert PAST.decode(PAST.convert_tokens_to_ids(tokens)) == text  # the token is not text
+    assert "⟦" not in "".join(TOKENIZER.tokenize(text))  # the shipped tokenizer has none
 
 
 def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():
     history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "CRANE"])
-    tokens = TOKENIZER.tokenize(user_message(history))
+    tokens = PAST.tokenize(user_message(history))
     assert [t for t in tokens if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
-    assert "⟦" not in "".join(TOKENIZER.tokenize(reply_text(history, "ROBIN")))
-    assert TOKENIZER.convert_tokens_to_ids("⟦CRANE⟧") in prompt_only_ids(TOKENIZER)  # never generated
+    assert "⟦" not in "".join(PAST.tokenize(reply_text(history, "ROBIN")))
+    assert PAST.convert_tokens_to_ids("⟦CRANE⟧") in prompt_only_ids(PAST)  # never generated
     # New tokens come after recipe 7's, whose ids do not move.
-    assert len(RECIPE_7) + len(WORDS) == len(TOKENIZER)
-    assert all(TOKENIZER.convert_tokens_to_ids(t) == i for t, i in RECIPE_7.get_vocab().items())
+    assert len(TOKENIZER) + len(WORDS) == len(PAST) and past_guess_ids(TOKENIZER) == []
+    assert all(PAST.convert_tokens_to_ids(t) == i for t, i in TOKENIZER.get_vocab().items())
 
 
 @settings(max_examples=100, deadline=None)
 @given(HISTORIES, VOCAB_TEXT)
 def test_column_tagged_prompts_round_trip(history, text):
-    assert round_trips(TOKENIZER, user_message(history))
-    assert round_trips(TOKENIZER, text)
+    for tokenizer in (TOKENIZER, PAST):
+        assert round_trips(tokenizer, user_message(history))
+        assert round_trips(tokenizer, text)
 
 
 @pytest.mark.parametrize("text", ["é", "CRANÉ 😀", "<think>日本</think>", "\x00\u200b"])
@@ -191,10 +193,11 @@ def test_prompts_are_short():
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
     assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
-    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too, and marked
+    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too (recipe 9: and marked)
     assert (
-        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 21
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
     )
+    assert len(PAST.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 21
 
 
 # --- chat template --------------------------------------------------------------------------------
@@ -266,25 +269,27 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
     assert turns == set(range(6))
 
 
-@pytest.mark.parametrize("pooling", ["mean", "sum"])  # sum: the probe's alternative (research log, e34)
-def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
+# sum: the probe's alternative (research log, e34); PAST: recipe 9's tokenizer
+@pytest.mark.parametrize(("pooling", "tokenizer"), [("mean", TOKENIZER), ("sum", TOKENIZER), ("mean", PAST)])
+def test_guess_bag_learns_to_favour_still_possible_answers(pooling, tokenizer):
     rows = game_rows(300, random.Random(0), Solver(), train_secrets())
-    encoded = encode(TOKENIZER, rows)
-    matrix = fit_guess_bag(encoded, TOKENIZER, steps=100, batch_size=32, learning_rate=1e-2, seed=0, pooling=pooling)
-    assert matrix.shape == (len(TOKENIZER), len(WORDS))
-    column = {t: j for j, t in enumerate(TOKENIZER.convert_tokens_to_ids(list(WORDS)))}
+    encoded = encode(tokenizer, rows)
+    matrix = fit_guess_bag(encoded, tokenizer, steps=100, batch_size=32, learning_rate=1e-2, seed=0, pooling=pooling)
+    assert matrix.shape == (len(tokenizer), len(WORDS))
+    column = {t: j for j, t in enumerate(tokenizer.convert_tokens_to_ids(list(WORDS)))}
     gains = []
     for _, prefix, cands in guess_states(encoded):
         probs = getattr(matrix[prefix], pooling)(0).softmax(-1)  # the rows' mean or sum
         gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5
-    # A past-guess token's row says "not W" and nothing else, with one weight for every W, learnt to be
-    # negative: a past guess is never the answer (the game stops at a win).
-    past = torch.tensor(TOKENIZER.convert_tokens_to_ids([f"⟦{w}⟧" for w in WORDS]))
-    own = matrix[past, torch.arange(len(WORDS))]
-    assert float(own[0]) < 0 and torch.equal(own, torch.full_like(own, float(own[0])))
-    assert matrix[past].count_nonzero() == len(WORDS)
+    if tokenizer is PAST:
+        # A past-guess token's row says "not W" and nothing else, with one weight for every W, learnt to be
+        # negative: a past guess is never the answer (the game stops at a win).
+        past = torch.tensor(past_guess_ids(tokenizer))
+        own = matrix[past, torch.arange(len(WORDS))]
+        assert float(own[0]) < 0 and torch.equal(own, torch.full_like(own, float(own[0])))
+        assert matrix[past].count_nonzero() == len(WORDS)
 
 
 def test_wiring_makes_layer_zero_compute_the_guess_bag():
@@ -312,10 +317,10 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
 
 def test_wiring_makes_a_past_guess_token_say_not_this_word():
     spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
-    model = build_model(TOKENIZER, spec, seed=0)
-    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
-    word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
-    matrix = fit_guess_bag(encoded, TOKENIZER, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
+    model = build_model(PAST, spec, seed=0)
+    encoded = encode(PAST, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids, past_ids = PAST.convert_tokens_to_ids(list(WORDS)), past_guess_ids(PAST)
+    matrix = fit_guess_bag(encoded, PAST, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
     wire_guess_bag(model, matrix, word_ids, encoded, past_ids)
     rows = model.get_input_embeddings().weight.detach()
     answers = rows[word_ids]
@@ -357,7 +362,7 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
 def test_past_guess_build_points_the_rows_at_the_trained_answers(tmp_path):
     out = build(tmp_path / "r9", scale="ci", seed=0, past_guesses=True)
     info = json.loads((out / "build_info.json").read_text())
-    assert info["recipe_version"] == 9 and info["vocab_size"] == len(TOKENIZER) and "--past_guesses" in info["command"]
+    assert info["recipe_version"] == 9 and info["vocab_size"] == len(PAST) and "--past_guesses" in info["command"]
     model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
     assert tokenizer.tokenize("CRANE: C(-)")[5] == "⟦CRANE⟧"
     # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.

@@ -54,12 +54,12 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
-# A past guess that is an answer also gets one token of its own, "⟦ABODE⟧", which a normalizer puts after
-# the spelled word (its letters stay: they are what the marked letters and the think are read from).
+# Recipe 9 (not shipped; docs/research-log.md, e44-e47): a past guess that is an answer also gets one token of
+# its own, "⟦ABODE⟧", which a normalizer puts after the spelled word (its letters stay).
 # Why: a constraint row says "words with D lose", but nothing made of letter rows says "not ABODE itself";
 # the near miss that breaks one grey letter then outscores the one answer left, and three repeated guesses
-# in four came in such end games (docs/research-log.md, e44). The token's guess-bag row can say it: the
-# e19 probe, handed that feature at inference, cut repeats from 17.5% to 6.9% with no training.
+# in four came in such end games. The token's row can say it (tinymodel.bag.point_past_guesses): it halves
+# the start's repeats on the validation secrets.
 PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
@@ -127,7 +127,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreTrainedTokenizerFast:
+def build_tokenizer(column_tags: bool = True, past_guesses: bool = False) -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
@@ -135,14 +135,12 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreT
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
     ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
-    adds a token after each past guess that is an answer (see ``PAST_GUESSES``); ``False`` is recipe 7's
-    tokenizer. New tokens come last, so the ids of the older ones do not move.
+    adds a token after each past guess that is an answer (see ``PAST_GUESSES``): recipe 9's tokenizer,
+    not shipped. New tokens come last, so the ids of the older ones do not move.
     """
     tagged = TAGGED_LETTERS if column_tags else ()
     marked = PAST_GUESSES if past_guesses else ()
-    vocab = {
-        token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *marked))
-    }
+    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *marked))}
     pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
     if past_guesses:
         pieces = f"⟦[A-Z]{{5}}⟧|{pieces}"
@@ -159,7 +157,9 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = True) -> PreT
     if rules:
         normalizer = [make() for _, make in rules]
         backend.normalizer = normalizer[0] if len(normalizer) == 1 else normalizers.Sequence(normalizer)
-        backend.decoder = decoders.Sequence([*(decoders.Replace(Regex(added), "") for added, _ in rules), decoders.Fuse()])
+        backend.decoder = decoders.Sequence(
+            [*(decoders.Replace(Regex(added), "") for added, _ in rules), decoders.Fuse()]
+        )
     else:
         backend.decoder = decoders.Fuse()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])

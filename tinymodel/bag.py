@@ -173,7 +173,7 @@ def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_id
     less the answers' mean row: with tied embeddings that row is the answer's output vector, so the token
     says "not W" in the direction that lowers W against the other answers. Centred, because the mean is
     what every answer shares: uncentred rows lowered all answers against the reply's tags, and under GRPO
-    late replies wrote ``<guess><guess>`` (validation format failures up to 21%; research log, e45).
+    late replies wrote ``<guess><guess>`` (validation format failures up to 21%; research log, e46).
 
     The bag's own row for it (-c in one of 2315 columns) does not survive an SVD of rank 255, and SFT
     moves the answers' vectors away from a row set before it, so the build calls this twice: when it

@@ -38,12 +38,12 @@ logger = logging.getLogger(__name__)
 # 7: the guess bag fitted on 4x the states at 3x the rate (its top answer still possible in 87% of
 #    two-guess validation states instead of 63%: benchmarks/probe_guess_bag.py, docs/research-log.md e34).
 # 8: (not shipped) practice histories that repeat a guess; docs/research-log.md e40.
-RECIPE_VERSION = 7
-# 9 (not shipped, ``--past_guesses``): recipe 7 and a past-guess token beside the spelled letters
-#    (tinymodel.tokenizer.PAST_GUESSES), its row minus its answer's (centred), set at the wiring and again
-#    after SFT (tinymodel.bag.point_past_guesses). A better start (validation repeats 18.8% -> 9.8%), but
-#    GRPO does not lift it past recipe 7's result (docs/research-log.md, e44-e47).
-PAST_GUESS_RECIPE = 9
+# 9: recipe 7 and a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), its row
+#    minus its answer's (centred), set at the wiring and again after SFT (tinymodel.bag.point_past_guesses):
+#    validation repeats 18.8% -> 9.8%, and game-mode GRPO lifts it to 77% (docs/research-log.md, e44-e47).
+#    ``--no_past_guesses`` still builds recipe 7, byte for byte.
+RECIPE_VERSION = 9
+PLAIN_RECIPE = 7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,12 +128,12 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
     return model
 
 
-def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses: bool = False) -> Path:
+def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses: bool = True) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
     Every training row comes from game states of ``wordle.train_secrets("sft")``; the scores in
-    build_info.json are measured on game states of the held-out ``eval_secrets()``. ``past_guesses``
-    builds recipe 9 (see ``PAST_GUESS_RECIPE``) instead of the shipped recipe 7.
+    build_info.json are measured on game states of the held-out ``eval_secrets()``. ``past_guesses=False``
+    builds recipe 7 instead of the shipped recipe 9.
     """
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
@@ -187,7 +187,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses:
     model.save_pretrained(out_dir)
     save_tokenizer(tokenizer, out_dir)
     info = {
-        "recipe_version": PAST_GUESS_RECIPE if past_guesses else RECIPE_VERSION,
+        "recipe_version": RECIPE_VERSION if past_guesses else PLAIN_RECIPE,
         "scale": scale,
         "seed": seed,
         "parameters": n_params,
@@ -205,7 +205,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "command": "python -m tinymodel "
-        + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}", *(["--past_guesses"] * past_guesses)]),
+        + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}", *(["--no_past_guesses"] * (not past_guesses))]),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
@@ -217,7 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", choices=list(SCALES), default="full")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--past_guesses", action="store_true", help="recipe 9: a token for each past answer guess (not shipped)"
+        "--past_guesses",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a token for each past answer guess (recipe 9, shipped); --no_past_guesses builds recipe 7",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -359,17 +359,24 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     assert result.metrics["games"] == 4 and all(len(game.turns) >= 1 for game in result.games)
 
 
-def test_past_guess_build_points_the_rows_at_the_trained_answers(tmp_path):
-    out = build(tmp_path / "r9", scale="ci", seed=0, past_guesses=True)
-    info = json.loads((out / "build_info.json").read_text())
-    assert info["recipe_version"] == 9 and info["vocab_size"] == len(PAST) and "--past_guesses" in info["command"]
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
+    info = json.loads((ci_model / "build_info.json").read_text())
+    assert info["recipe_version"] == RECIPE_VERSION == 9 and info["vocab_size"] == len(PAST)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(ci_model), AutoTokenizer.from_pretrained(ci_model)
     assert tokenizer.tokenize("CRANE: C(-)")[5] == "⟦CRANE⟧"
     # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
     rows = model.get_input_embeddings().weight.detach()
     answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
     assert torch.allclose(rows[past_guess_ids(tokenizer)], answers.mean(0) - answers)
     assert set(past_guess_ids(tokenizer)) <= set(model.generation_config.suppress_tokens)
+
+
+def test_no_past_guesses_builds_recipe_7(tmp_path):
+    out = build(tmp_path / "r7", scale="ci", seed=0, past_guesses=False)
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["recipe_version"] == 7 and info["vocab_size"] == len(TOKENIZER)
+    assert info["command"].endswith("--no_past_guesses")
+    assert "⟦" not in "".join(AutoTokenizer.from_pretrained(out).tokenize("CRANE: C(-)"))
 
 
 def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, tmp_path):
@@ -425,10 +432,10 @@ def test_saved_tokenizer_loads_as_itself_not_qwen2(ci_model):
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
     assert not isinstance(tokenizer, Qwen2Tokenizer)
     assert type(tokenizer).__name__ == "TokenizersBackend"
-    texts = [user_message(history_for("ROBIN", ["SOARE", "CLINT"])), "<think>.R..E -SO</think><guess>CRANE</guess>"]
+    texts = [user_message(history_for("ROBIN", ["SOARE", "CRANE"])), "<think>.R..E -SO</think><guess>CRANE</guess>"]
     for text in texts:
         assert round_trips(tokenizer, text)
-        assert tokenizer(text)["input_ids"] == TOKENIZER(text)["input_ids"]
+        assert tokenizer(text)["input_ids"] == PAST(text)["input_ids"]  # the past-guess token survives saving
     assert tokenizer.chat_template == CHAT_TEMPLATE
     assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == ("<|end|>", "<|pad|>", "<|unk|>")
 

@@ -9,13 +9,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TURN_MODE
 
 import grpo_train
 from evaluation.report import read_json
 from training import distributed
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ["--profile", "cpu", "--max_steps", "2", "--save_steps", "1", "--eval_games", "6", "--train_rows", "64"]
+RUN = [
+    "--profile",
+    "cpu",
+    "--max_steps",
+    "2",
+    "--save_steps",
+    "1",
+    "--eval_games",
+    "6",
+    "--train_rows",
+    "64",
+    *TURN_MODE,
+]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+from conftest import TURN_MODE
 
 import evaluate as evaluate_cli
 import grpo_train
@@ -396,6 +397,7 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
         "3",
         "--output_dir",
         str(out),
+        *TURN_MODE,
     ]
     trainer = grpo_train.train(resolve(argv))
     directory = out / grpo_train.EVAL_DIR

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TURN_MODE
 from safetensors.torch import load_file
 
 from training import distributed
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-RUN = ["--profile", "cpu", "--save_steps", "1", "--train_rows", "64"]
+RUN = ["--profile", "cpu", "--save_steps", "1", "--train_rows", "64", *TURN_MODE]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2"]
 

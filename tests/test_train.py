@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import TURN_MODE
 from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
@@ -44,6 +45,7 @@ QUICK = [
     "3",
     "--eval_games",  # the full-game evaluation before and after, kept to a few games
     "2",
+    *TURN_MODE,
 ]
 
 

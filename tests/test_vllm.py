@@ -13,6 +13,7 @@ import os
 
 import pytest
 import torch
+from conftest import TURN_MODE
 
 vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
 pytest.importorskip("vllm")
@@ -41,6 +42,7 @@ from wordle.decoding import Decoding
 # The embedded model, 2 prompts of 2 completions a step (game mode: 2 games of up to 6 turns), nothing else.
 QUICK = ["--profile", "cpu", "--train_rows", "16", "--per_device_train_batch_size", "4", "--num_generations", "2"]
 QUICK += ["--save_steps", "100", "--disable_tqdm", "true", "--seed", "3", "--skip_eval", "true", "--max_steps", "2"]
+QUICK += TURN_MODE  # a test's own --rollout comes later and wins
 
 # The training's own layer names -> how vLLM fuses them (Qwen2: q, k and v in one matrix, gate and up in another).
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}

@@ -54,7 +54,7 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
-# Recipe 9 (not shipped; docs/research-log.md, e44-e47): a past guess that is an answer also gets one token of
+# Recipe 9 (shipped; docs/research-log.md, e44-e47): a past guess that is an answer also gets one token of
 # its own, "⟦ABODE⟧", which a normalizer puts after the spelled word (its letters stay).
 # Why: a constraint row says "words with D lose", but nothing made of letter rows says "not ABODE itself";
 # the near miss that breaks one grey letter then outscores the one answer left, and three repeated guesses
@@ -135,8 +135,8 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = False) -> Pre
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
     ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
-    adds a token after each past guess that is an answer (see ``PAST_GUESSES``): recipe 9's tokenizer,
-    not shipped. New tokens come last, so the ids of the older ones do not move.
+    adds a token after each past guess that is an answer (see ``PAST_GUESSES``): the shipped recipe 9's
+    tokenizer (``tinymodel.build.build`` asks for it); without it, recipe 7's. New tokens come last, so the ids of the older ones do not move.
     """
     tagged = TAGGED_LETTERS if column_tags else ()
     marked = PAST_GUESSES if past_guesses else ()

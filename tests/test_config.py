@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import TURN_MODE
 
 import grpo_train
 from rewards import DEFAULT_WEIGHTS, GAME_WEIGHTS
@@ -219,8 +220,11 @@ def test_cuda_profile_without_a_gpu(monkeypatch, capsys):
 
 
 def test_reward_weights_must_match_rewards():
-    with pytest.raises(ConfigError, match="reward_weights has 2 values for 4 rewards"):
+    # The cpu profile's embedded-model section plays whole games: four turn rewards and game_reward.
+    with pytest.raises(ConfigError, match="reward_weights has 2 values for 5 rewards"):
         resolve(["--profile", "cpu", "--reward_weights", "1.0", "2.0", "--dry-run"])
+    with pytest.raises(ConfigError, match="reward_weights has 2 values for 4 rewards"):
+        resolve(["--profile", "cpu", "--rollout", "turn", "--reward_weights", "1.0", "2.0", "--dry-run"])
 
 
 # --- resolve()'s steps, each alone -----------------------------------------------------------------
@@ -303,7 +307,7 @@ def test_gradient_checkpointing_is_the_old_name_of_activation_checkpointing(valu
 
 def test_dry_run_world_size_checks_the_batch_as_that_many_processes_would():
     # 4 per device x 2 processes = 8 completions: one group of 8, which one process alone could not form
-    argv = ["--profile", "cpu", "--per_device_train_batch_size", "4", "--num_generations", "8", "--dry-run"]
+    argv = ["--profile", "cpu", "--per_device_train_batch_size", "4", "--num_generations", "8", "--dry-run", *TURN_MODE]
     batch = summary(config_mod.resolve([*argv, "--world_size", "2"]))["batch"]
     assert (batch["processes"], batch["generation_batch_size"], batch["effective_prompts_per_step"]) == (2, 8, 1)
     with pytest.raises(ConfigError, match=r"generation_batch_size \(12\) must be divisible by num_generations"):

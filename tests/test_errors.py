@@ -86,7 +86,7 @@ TRAIN_CASES = [
     ("ZeRO-3 and the evaluation", ["--deepspeed", ZERO3], "ZeRO-3 cannot play the games before and after", "launched"),
     (
         "ZeRO-3 and --merge",
-        ["--deepspeed", ZERO3, "--skip_eval", "true", "--merge", "true"],
+        ["--deepspeed", ZERO3, "--skip_eval", "true", "--merge", "true", "--rollout", "turn"],
         "merge afterwards",
         "launched",
     ),

@@ -96,7 +96,7 @@ def test_shard_and_unshard_restore_the_order():
 
 
 def test_dry_run_previews_a_world_size(capsys):
-    assert grpo_train.main(["--profile", "cpu", "--dry-run", "--world_size", "4"]) == 0
+    assert grpo_train.main(["--profile", "cpu", "--dry-run", "--world_size", "4", *TURN_MODE]) == 0
     out = capsys.readouterr().out
     assert "processes: 4" in out and "effective_completions_per_step: 32" in out
     assert grpo_train.main(["--profile", "cpu", "--world_size", "4"]) == 2

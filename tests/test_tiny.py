@@ -50,8 +50,8 @@ from wordle import (
     train_secrets,
 )
 
-TOKENIZER = build_tokenizer()  # the shipped recipe 7's
-PAST = build_tokenizer(past_guesses=True)  # recipe 9's: a token for each past answer guess
+TOKENIZER = build_tokenizer()  # recipe 7's (python -m tinymodel --no_past_guesses)
+PAST = build_tokenizer(past_guesses=True)  # the shipped recipe 9's: a token for each past answer guess
 # What the shipped model must keep doing on 60 held-out games. When shipped it measured on these 60:
 # 22 wins (36.7%; random allowed words win none), 2.2% invalid replies, every turn-2 guess consistent
 # with the opener's feedback.
@@ -146,7 +146,7 @@ def test_a_past_answer_gets_a_token_of_its_own_beside_its_letters(text, start):
     tokens = PAST.tokenize(text)
     assert tokens[: len(start)] == start
     assert PAST.decode(PAST.convert_tokens_to_ids(tokens)) == text  # the token is not text
-    assert "⟦" not in "".join(TOKENIZER.tokenize(text))  # the shipped tokenizer has none
+    assert "⟦" not in "".join(TOKENIZER.tokenize(text))  # recipe 7's tokenizer has none
 
 
 def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():

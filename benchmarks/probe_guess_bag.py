@@ -37,7 +37,7 @@ from tinymodel.bag import fit_guess_bag, wire_guess_bag
 from tinymodel.bag import guess_states as bag_states
 from tinymodel.build import SCALES, build_model
 from tinymodel.data import encode, game_rows
-from tinymodel.tokenizer import WORDS, build_tokenizer
+from tinymodel.tokenizer import WORDS, build_tokenizer, past_guess_ids
 from wordle import Solver, eval_secrets, parse_history, train_secrets
 
 
@@ -113,7 +113,7 @@ def main() -> int:
     report(f"bag of {tags} tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
-        wire_guess_bag(model, matrix, word_ids, train_encoded)
+        wire_guess_bag(model, matrix, word_ids, train_encoded, past_guess_ids(tokenizer))  # as the build wires it
         report("the bag wired into an untrained Qwen2", model_probs(model.eval(), ids, word_ids), cands, past, column)
     return 0
 

@@ -21,7 +21,8 @@ from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
 from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
-from tinymodel.build import RECIPE_VERSION, SCALES, build, build_model
+from tinymodel.build import RECIPE_VERSION, SCALES, _past_guess_flags, build, build_model
+from tinymodel.build import main as tiny_main
 from tinymodel.data import encode, game_rows, reply_text, think_text
 from tinymodel.tokenizer import (
     CHARACTERS,
@@ -147,6 +148,16 @@ def test_a_past_answer_gets_a_token_of_its_own_beside_its_letters(text, start):
     assert tokens[: len(start)] == start
     assert PAST.decode(PAST.convert_tokens_to_ids(tokens)) == text  # the token is not text
     assert "⟦" not in "".join(TOKENIZER.tokenize(text))  # recipe 7's tokenizer has none
+
+
+def test_past_guess_copies_repeat_the_token_and_still_decode_to_the_text():
+    # The variant of e51: the token's share of layer 0's mean grows with its copies (its norm cannot).
+    twice = build_tokenizer(past_guesses=2)
+    text = "CRANE: C(-) R(✓) A(~) N(-) E(-)"
+    tokens = twice.tokenize(text)
+    assert tokens[:8] == [*"CRANE", "⟦CRANE⟧", "⟦CRANE⟧", ": "]
+    assert twice.decode(twice.convert_tokens_to_ids(tokens)) == text
+    assert twice.get_vocab() == PAST.get_vocab()  # the same tokens, written twice
 
 
 def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():
@@ -369,6 +380,17 @@ def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
     answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
     assert torch.allclose(rows[past_guess_ids(tokenizer)], answers.mean(0) - answers)
     assert set(past_guess_ids(tokenizer)) <= set(model.generation_config.suppress_tokens)
+
+
+@pytest.mark.parametrize(("copies", "flags"), [(0, ["--no_past_guesses"]), (1, []), (2, ["--past_guess_copies=2"])])
+def test_build_info_command_names_the_past_guess_copies(copies, flags):
+    assert _past_guess_flags(copies) == flags  # the shipped build's command stays as it was
+
+
+def test_build_cli_rejects_zero_copies_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        tiny_main(["--past_guess_copies", "0"])
+    assert "--past_guess_copies must be at least 1, got 0 (--no_past_guesses for none)" in capsys.readouterr().err
 
 
 def test_no_past_guesses_builds_recipe_7(tmp_path):

@@ -41,7 +41,8 @@ logger = logging.getLogger(__name__)
 # 9: recipe 7 and a past-guess token beside the spelled letters (tinymodel.tokenizer.PAST_GUESSES), its row
 #    minus its answer's (centred), set at the wiring and again after SFT (tinymodel.bag.point_past_guesses):
 #    validation repeats 18.8% -> 9.8%, and game-mode GRPO lifts it to 77% (docs/research-log.md, e44-e47).
-#    ``--no_past_guesses`` still builds recipe 7, byte for byte.
+#    ``--no_past_guesses`` still builds recipe 7, byte for byte; ``--past_guess_copies 2`` writes the token
+#    twice (not shipped: validation repeats 3.3% after GRPO, but 68.3% won; e51).
 RECIPE_VERSION = 9
 PLAIN_RECIPE = 7
 
@@ -128,12 +129,13 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
     return model
 
 
-def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses: bool = True) -> Path:
+def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses: int = 1) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
     Every training row comes from game states of ``wordle.train_secrets("sft")``; the scores in
-    build_info.json are measured on game states of the held-out ``eval_secrets()``. ``past_guesses=False``
-    builds recipe 7 instead of the shipped recipe 9 (byte for byte: research log, e47).
+    build_info.json are measured on game states of the held-out ``eval_secrets()``. ``past_guesses`` is how
+    many past-guess tokens follow a past answer guess: 0 builds recipe 7 instead of the shipped recipe 9
+    (byte for byte: research log, e47), 2 the variant of e51.
     """
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
@@ -205,12 +207,15 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0, past_guesses:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "command": "python -m tinymodel "
-        + shlex.join(
-            [f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}", *(["--no_past_guesses"] * (not past_guesses))]
-        ),
+        + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}", *_past_guess_flags(past_guesses)]),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
+
+
+def _past_guess_flags(past_guesses: int) -> list[str]:
+    """The CLI flags that build ``past_guesses`` (none for the shipped one token)."""
+    return {0: ["--no_past_guesses"], 1: []}.get(past_guesses, [f"--past_guess_copies={past_guesses}"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -224,9 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=True,
         help="a token for each past answer guess (recipe 9, shipped); --no_past_guesses builds recipe 7",
     )
+    parser.add_argument(
+        "--past_guess_copies", type=int, default=1, help="how many past-guess tokens follow each past answer guess"
+    )
     args = parser.parse_args(argv)
+    if args.past_guess_copies < 1:
+        parser.error(f"--past_guess_copies must be at least 1, got {args.past_guess_copies} (--no_past_guesses for none)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    out = build(args.out, args.scale, args.seed, args.past_guesses)
+    out = build(args.out, args.scale, args.seed, args.past_guess_copies if args.past_guesses else 0)
     info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))
     print(json.dumps(info, indent=2))
     return 0

@@ -7,6 +7,7 @@ single characters and the 2315 answers; its chat template drops the system messa
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -127,7 +128,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True, past_guesses: bool = False) -> PreTrainedTokenizerFast:
+def build_tokenizer(column_tags: bool = True, past_guesses: int = 0) -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
@@ -135,8 +136,9 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = False) -> Pre
     every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
     ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
-    adds a token after each past guess that is an answer (see ``PAST_GUESSES``): the shipped recipe 9's
-    tokenizer (``tinymodel.build.build`` asks for it); without it, recipe 7's. New tokens come last, so the ids of the older ones do not move.
+    writes that many tokens after each past guess that is an answer (see ``PAST_GUESSES``): 1 (or True) is
+    the shipped recipe 9's tokenizer (``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
+    variant (docs/research-log.md, e51). New tokens come last, so the ids of the older ones do not move.
     """
     tagged = TAGGED_LETTERS if column_tags else ()
     marked = PAST_GUESSES if past_guesses else ()
@@ -153,7 +155,7 @@ def build_tokenizer(column_tags: bool = True, past_guesses: bool = False) -> Pre
     # The normalizers add what the decoder removes again, so prompts still decode to themselves.
     # (One normalizer alone is set as it is, so recipe 7's tokenizer.json stays as it was.)
     rules = [(f"[{COLUMN_TAGS}]", _column_tagger)] if column_tags else []
-    rules += [("⟦[A-Z]{5}⟧", _past_guess_marker)] if past_guesses else []
+    rules += [("⟦[A-Z]{5}⟧", functools.partial(_past_guess_marker, int(past_guesses)))] if past_guesses else []
     if rules:
         normalizer = [make() for _, make in rules]
         backend.normalizer = normalizer[0] if len(normalizer) == 1 else normalizers.Sequence(normalizer)
@@ -194,12 +196,12 @@ def _column_tagger() -> normalizers.Normalizer:
     return normalizers.Sequence(rules)
 
 
-def _past_guess_marker() -> normalizers.Normalizer:
-    """Puts ``⟦W⟧`` after every answer W spelled at the start of a feedback line (``"ABODE: "`` becomes
-    ``"ABODE⟦ABODE⟧: "``). One rule per answer, since a normalizer's replacement is literal text:
-    0.5 ms a prompt, measured."""
+def _past_guess_marker(copies: int) -> normalizers.Normalizer:
+    """Puts ``copies`` tokens ``⟦W⟧`` after every answer W spelled at the start of a feedback line (one:
+    ``"ABODE: "`` becomes ``"ABODE⟦ABODE⟧: "``). One rule per answer, since a normalizer's replacement is
+    literal text: 0.5 ms a prompt, measured."""
     return normalizers.Sequence(
-        [normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), f"{word}⟦{word}⟧") for word in WORDS]
+        [normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), word + f"⟦{word}⟧" * copies) for word in WORDS]
     )
 
 

@@ -387,10 +387,17 @@ def test_build_info_command_names_the_past_guess_copies(copies, flags):
     assert _past_guess_flags(copies) == flags  # the shipped build's command stays as it was
 
 
-def test_build_cli_rejects_zero_copies_in_one_line(capsys):
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--past_guess_copies", "0"], "--past_guess_copies must be at least 1, got 0 (--no_past_guesses for none)"),
+        (["--no_past_guesses", "--past_guess_copies", "2"], "--past_guess_copies 2 needs the past-guess tokens"),
+    ],
+)
+def test_build_cli_rejects_bad_copies_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit):
-        tiny_main(["--past_guess_copies", "0"])
-    assert "--past_guess_copies must be at least 1, got 0 (--no_past_guesses for none)" in capsys.readouterr().err
+        tiny_main(argv)
+    assert message in capsys.readouterr().err
 
 
 def test_no_past_guesses_builds_recipe_7(tmp_path):

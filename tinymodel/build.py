@@ -223,18 +223,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=MODEL_DIR, help="directory to write (default: %(default)s)")
     parser.add_argument("--scale", choices=list(SCALES), default="full")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
+    # Not BooleanOptionalAction: its negative form is spelled --no-past_guesses, and build_info.json and the docs
+    # name --no_past_guesses.
+    past = parser.add_mutually_exclusive_group()
+    past.add_argument(
         "--past_guesses",
-        action=argparse.BooleanOptionalAction,
+        action="store_true",
         default=True,
-        help="a token for each past answer guess (recipe 9, shipped); --no_past_guesses builds recipe 7",
+        help="a token for each past answer guess (recipe 9, shipped; the default)",
     )
+    past.add_argument("--no_past_guesses", dest="past_guesses", action="store_false", help="build recipe 7")
     parser.add_argument(
         "--past_guess_copies", type=int, default=1, help="how many past-guess tokens follow each past answer guess"
     )
     args = parser.parse_args(argv)
     if args.past_guess_copies < 1:
-        parser.error(f"--past_guess_copies must be at least 1, got {args.past_guess_copies} (--no_past_guesses for none)")
+        parser.error(
+            f"--past_guess_copies must be at least 1, got {args.past_guess_copies} (--no_past_guesses for none)"
+        )
+    if not args.past_guesses and args.past_guess_copies != 1:
+        parser.error(
+            f"--past_guess_copies {args.past_guess_copies} needs the past-guess tokens: drop --no_past_guesses"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = build(args.out, args.scale, args.seed, args.past_guess_copies if args.past_guesses else 0)
     info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))

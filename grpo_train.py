@@ -358,7 +358,7 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
     n_check = script.game_eval_games
     check = GameCheck(spread(train_secrets("val"), n_check), select_secrets(n_check), resolved.decoding)
     return WordleGRPOTrainer(
-        rollout=GameRollout(baseline=script.turn_baseline) if script.rollout == "game" else None,
+        rollout=GameRollout() if script.rollout == "game" else None,
         check=check if script.game_eval_steps else None,
         check_steps=script.game_eval_steps,
         model=model,

@@ -93,55 +93,6 @@ def test_layout_is_slot_groups_of_games_with_masked_placeholders():
     assert sum(t is None for t in out["game_turn"]) == 4 * SLOTS - (2 + 1 + 4 + 6)
 
 
-NAN = float("nan")
-# Two start states x 2 games, slots 1-3 shown (later slots all placeholders, NaN). Start state 0: both games
-# alive at turns 1-2, game 1 alone at turn 3. Start state 1: both alive at turn 1, game 0 alone at turns 2-3.
-REWARDS = [
-    [1.0, 3.0, 2.0, 4.0, NAN, 0.0],  # start state 0: turn 1 (games 0, 1), turn 2, turn 3
-    [2.0, 2.0, 6.0, NAN, 1.0, NAN],  # start state 1
-]
-
-
-def slot_rewards() -> torch.Tensor:
-    rows = [r + [NAN] * 2 * (SLOTS - 3) for r in REWARDS]
-    return torch.tensor([x for row in rows for x in row])
-
-
-@pytest.mark.parametrize(
-    "baseline, scale, expected",
-    [
-        # Each group of 2 against its own mean: the lone turns (turn 3 of start state 0, turns 2-3 of 1) get 0.
-        ("start", "none", [[-1, 1, -1, 1, 0, 0], [0, 0, 0, 0, 0, 0]]),
-        # Each slot against every live sample of that slot: turn 1 mean 2, turn 2 mean 4, turn 3 mean 0.5.
-        ("step", "none", [[-1, 1, -2, 0, 0, -0.5], [0, 0, 2, 0, 0.5, 0]]),
-    ],
-)
-def test_turn_baselines_on_fixed_rewards(baseline, scale, expected):
-    rewards = slot_rewards()
-    want = torch.tensor([x for row in expected for x in row + [0.0] * 2 * (SLOTS - 3)])
-    if baseline == "start":  # TRL's own per-group baseline, which --turn_baseline start leaves in place
-        grouped = rewards.view(-1, 2)
-        got = torch.nan_to_num(rewards - torch.nanmean(grouped, dim=1).repeat_interleave(2), nan=0.0)
-    else:
-        got = GameRollout(baseline=baseline).advantages(rewards, generations=2, scale=scale)
-    assert torch.allclose(got, want)
-
-
-def test_step_baseline_scales_as_trl_does():
-    rewards = slot_rewards()
-    rollout = GameRollout(baseline="step")
-    plain = rollout.advantages(rewards, generations=2, scale="none")
-    live = rewards[~torch.isnan(rewards)]
-    assert torch.allclose(rollout.advantages(rewards, 2, "batch"), plain / (live.std() + 1e-4))
-    grouped = rollout.advantages(rewards, 2, "group")
-    assert torch.allclose(grouped[:2], plain[:2] / (torch.tensor([1.0, 3.0, 2.0, 2.0]).std() + 1e-4))
-    # Turn 3 has one live sample per start state, two across the step: a real std, and a placeholder's 0.
-    assert grouped[4] == 0 and grouped[5] < 0 < grouped[SLOTS * 2 + 4]
-    assert not torch.isnan(grouped).any()
-    with pytest.raises(ValueError, match="baseline must be one of"):
-        GameRollout(baseline="game")
-
-
 def test_lone_turns_are_counted_per_start_state_and_slot():
     won_in_2 = scripted_game("CRANE", ["SLATE", "CRANE"])
     won_in_1 = scripted_game("CRANE", ["CRANE"])
@@ -211,10 +162,6 @@ def test_dry_run_shows_games_per_step_and_raises_the_accumulation():
         resolve(["--profile", "cpu", "--rollout", "turn", "--rewards", "format_reward", "game_reward"])
     with pytest.raises(ConfigError, match="unknown rollout 'games'"):
         resolve(["--profile", "cpu", "--rollout", "games"])
-    with pytest.raises(ConfigError, match=r"unknown turn baseline 'batch' in --turn_baseline; valid: start, step"):
-        resolve(["--profile", "cpu", "--turn_baseline", "batch"])
-    with pytest.raises(ConfigError, match="--turn_baseline step compares the turns of whole games: it needs"):
-        resolve(["--profile", "cpu", "--model", "tiny", "--rollout", "turn", "--turn_baseline", "step"])
 
 
 def train(out: Path, *extra: str):
@@ -244,9 +191,8 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
     assert game_logs(resumed)[-1] == logs[-1]
 
 
-@pytest.mark.parametrize("baseline", ["start", "step"])
-def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path, baseline):
-    trainer = train(tmp_path / "out", "--max_steps", "1", "--turn_baseline", baseline)
+def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path):
+    trainer = train(tmp_path / "out", "--max_steps", "1")
     trainer.model.train()
     batch = [
         {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}
@@ -258,11 +204,6 @@ def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path, baseline):
     placeholder = (out["completion_mask"] * out["tool_mask"]).sum(1) == 0
     assert placeholder.any() and (~placeholder).any()
     assert torch.all(out["advantages"][placeholder] == 0)
-    if baseline == "step":  # the trainer's advantages are the rollout's, over TRL's own weighted rewards
-        weighted = (trainer._rewards_per_func * trainer.reward_weights).nansum(1)
-        weighted[placeholder] = float("nan")
-        want = trainer.game_rollout.advantages(weighted, 4, "batch")
-        assert torch.allclose(out["advantages"], want) and (want != 0).any()
     # A micro-batch of placeholders alone gives every trainable weight a zero gradient.
     rows = placeholder.nonzero().squeeze(1)[:8]
     micro = {k: (v[rows] if torch.is_tensor(v) and v.ndim > 0 else v) for k, v in out.items()}

@@ -95,13 +95,6 @@ class ScriptArguments:
             "num_generations whole games per start state with the current policy, one sample per turn"
         },
     )
-    turn_baseline: str = field(
-        default="start",
-        metadata={
-            "help": "--rollout game: what a turn's reward is compared with: start (the games of its start state "
-            "still alive at that turn) or step (every game of the step still alive at that turn)"
-        },
-    )
     rewards: list[str] | None = field(
         default=None,
         metadata={

@@ -28,7 +28,7 @@ from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
 from training import arguments, distributed
 from training import device as devices
 from training.arguments import ScriptArguments, available_profiles
-from training.rollout import SLOTS, TURN_BASELINES
+from training.rollout import SLOTS
 from wordle.completion import guess_regex
 from wordle.decoding import Decoding
 from wordle.words import TRAIN_PARTS, train_secrets
@@ -362,10 +362,6 @@ def _rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]
     game_only = [r for r in script.rewards if r in GAME_ONLY]
     if game_only and script.rollout != "game":
         raise ConfigError(f"{game_only[0]} scores whole games: it needs --rollout game")
-    if script.turn_baseline not in TURN_BASELINES:
-        raise _unknown("turn baseline", script.turn_baseline, list(TURN_BASELINES), "--turn_baseline")
-    if script.turn_baseline != "start" and script.rollout != "game":
-        raise ConfigError(f"--turn_baseline {script.turn_baseline} compares the turns of whole games: it needs --rollout game")
     if script.rollout == "game":
         _game_batch(script, train_kw, notes)
     if train_kw.get("reward_weights") is None:

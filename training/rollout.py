@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 from trl.models.utils import unwrap_model_for_generation
-from trl.trainer.utils import nanstd, pad
+from trl.trainer.utils import pad
 
 from training import distributed
 from wordle import MAX_GUESSES, row_history, row_secret
@@ -42,7 +42,6 @@ from wordle.decoding import Decoding
 from wordle.game import Game, GameView, count, play
 
 SLOTS = MAX_GUESSES  # one sample slot per possible turn; training.config sizes the batch for it
-TURN_BASELINES = ("start", "step")  # what a turn is compared with (GameRollout.advantages)
 
 
 class PolicyPlayer:
@@ -120,10 +119,8 @@ def _generator_seed(seed: int, step: int, process: int) -> int:
 class GameRollout:
     """``rollout_func(prompts, trainer)`` for TRL's GRPOTrainer: whole games, one sample per turn slot."""
 
-    def __init__(self, slots: int = SLOTS, baseline: str = "start") -> None:
-        if baseline not in TURN_BASELINES:
-            raise ValueError(f"baseline must be one of {TURN_BASELINES}, not {baseline!r}")
-        self.slots, self.baseline = slots, baseline
+    def __init__(self, slots: int = SLOTS) -> None:
+        self.slots = slots
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         rows = trainer.rollout_rows  # the batch's dataset rows, handed over by WordleGRPOTrainer
@@ -184,30 +181,6 @@ class GameRollout:
         return out
 
 
-    def advantages(self, rewards: torch.Tensor, generations: int, scale: str) -> torch.Tensor:
-        """Each sample's advantage with ``--turn_baseline step``: its total reward (NaN for a placeholder)
-        less the mean over every live sample of its turn slot in the batch, not only its start state's.
-
-        A late slot of one start state often holds a single live game (the others won), and a lone
-        sample's own mean gives it advantage 0: the loops where the repeats are would teach nothing.
-        Pooled over the batch's start states, a turn-5 repeat that goes on to lose is compared with the
-        other turn-5 games, which name the answer. ``scale`` is TRL's ``scale_rewards``: batch divides by
-        the batch's std, group by the pooled slot's, none by nothing."""
-        slot = torch.arange(len(rewards), device=rewards.device) // generations % self.slots
-        out = torch.zeros_like(rewards)
-        for t in range(self.slots):
-            pooled = rewards[slot == t]
-            if torch.isnan(pooled).all():
-                continue
-            centred = pooled - torch.nanmean(pooled)
-            if scale == "group":
-                centred = centred / (nanstd(pooled) + 1e-4)
-            out[slot == t] = centred
-        if scale == "batch":
-            out = out / (nanstd(rewards) + 1e-4)
-        return torch.nan_to_num(out, nan=0.0)  # a lone sample's group std is NaN (TRL's nanstd): advantage 0
-
-
 def _rng_devices(trainer: Any) -> list:
     device = trainer.accelerator.device
     return [device] if device.type == "cuda" else []
@@ -229,7 +202,9 @@ def game_rates(games: Sequence[Game], prefix: str = "game") -> dict[str, float]:
 
 def lone_turn_share(games: Sequence[Game], generations: int) -> float:
     """The share of turns after the first that are the only live game of their start state's slot:
-    with ``--turn_baseline start`` each such turn is its own group's mean, and has advantage 0."""
+    each such turn is its own group's mean, so it has advantage 0 and teaches nothing. (About 3% on the
+    main job's first 50 steps: pooling a slot's baseline over the step's start states did not help;
+    docs/research-log.md, e53.)"""
     lone = later = 0
     for first in range(0, len(games), generations):
         lengths = [len(game.turns) for game in games[first : first + generations]]

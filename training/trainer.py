@@ -80,22 +80,7 @@ class WordleGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self.rollout_rows = inputs  # TRL passes rollout_func the prompts only; the game needs the rows
-        output = super()._generate_and_score_completions(inputs)
-        if self.game_rollout is not None and self.game_rollout.baseline != "start" and self.model.training:
-            # TRL's advantages compare each group of num_generations samples (one start state's turn slot);
-            # recomputed here from the same rewards, every process's, with the rollout's own baseline.
-            rewards = (self._rewards_per_func * self.reward_weights.to(self._rewards_per_func.device)).nansum(dim=1)
-            rewards[torch.isnan(self._rewards_per_func).all(dim=1)] = torch.nan  # placeholders, as TRL marks them
-            advantages = self.game_rollout.advantages(rewards, self.num_generations, self.scale_rewards)
-            local = len(output["advantages"])
-            start = self.accelerator.process_index * local
-            output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
-        return output
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # Kept for _generate_and_score_completions: TRL returns only the advantages it made of them.
-        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._rewards_per_func
+        return super()._generate_and_score_completions(inputs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:

@@ -11,10 +11,13 @@ import pytest
 import torch
 
 import grpo_train
+from trl import GRPOTrainer
+from trl.trainer.utils import split_tensor_dict
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
 from training.config import ConfigError, resolve
 from training.rollout import SLOTS, GameRollout, lone_turn_share
 from training.summary import summary
+from training.trainer import trim_padding
 from wordle import MAX_GUESSES, history_for
 from wordle.game import Game, format_reply, play
 
@@ -211,6 +214,36 @@ def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path):
     trainer.compute_loss(trainer.model, micro).backward()
     grads = [p.grad for p in trainer.model.parameters() if p.requires_grad]
     assert grads and all(g is None or torch.count_nonzero(g) == 0 for g in grads)
+
+
+def test_scoring_trims_each_chunk_as_the_loss_trims_its_micro_batch(tmp_path):
+    trainer = train(tmp_path / "out", "--max_steps", "1")
+    trainer.model.train()
+    batch = [
+        {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}
+        for row in trainer.train_dataset.select(range(2))
+        for _ in range(SLOTS * 4)
+    ]
+    out = trainer._generate_and_score_completions(batch)
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    width, size = out["completion_ids"].size(1), trainer.args.per_device_train_batch_size
+    completion = out["completion_mask"].bool()
+    with torch.no_grad():
+        trimmed, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, size)
+        untrimmed, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, width, size)
+        # The same log-probs as TRL's padded pass, up to float rounding ...
+        assert torch.allclose(trimmed[completion], untrimmed[completion], atol=1e-4)
+        # ... and bit for bit those of the loss's micro-batches, so the KL term compares like with like.
+        for k, micro in enumerate(split_tensor_dict(out, trainer.args.steps_per_generation)):
+            micro = trim_padding(micro)
+            micro_ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], 1)
+            micro_mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], 1)
+            got, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, micro_ids, micro_mask, micro["completion_ids"].size(1)
+            )
+            assert torch.equal(got, trimmed[k * size : (k + 1) * size, : got.size(1)])
+            assert not trimmed[k * size : (k + 1) * size, got.size(1) :].any()  # padding columns: zeros
 
 
 def test_the_same_seed_and_step_play_the_same_games(tmp_path):

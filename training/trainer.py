@@ -78,6 +78,38 @@ class WordleGRPOTrainer(GRPOTrainer):
             self._buffered_inputs = [trim_padding(b) for b in split_tensor_dict(batch, self.args.steps_per_generation)]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+    ):
+        if self.game_rollout is None or any(kwargs.get(key) is not None for key in _MULTIMODAL):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+            )
+        # TRL's, chunk by chunk, each chunk without the columns that are padding in all of its rows: the
+        # scoring pass (the reference model's log-probs, a quarter of a game step) then costs what the
+        # loss's trimmed micro-batches cost, and since its chunks are those micro-batches (the same
+        # per_device_train_batch_size rows, in order), both see identical inputs and the KL starts at 0.
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies, aux = [], [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            used = mask.any(0).nonzero()
+            first, last = int(used[0]), int(used[-1]) + 1  # every row keeps its first completion token
+            cut = ids.size(1) - last
+            chunk_logps, chunk_entropies, chunk_aux = super()._get_per_token_logps_and_entropies(
+                model, ids[:, first:last], mask[:, first:last], logits_to_keep - cut, **kwargs
+            )
+            logps.append(torch.nn.functional.pad(chunk_logps, (0, cut)))  # padding columns: masked out
+            if chunk_entropies is not None:
+                entropies.append(torch.nn.functional.pad(chunk_entropies, (0, cut)))
+            if chunk_aux is not None:
+                aux.append(chunk_aux)
+        return (
+            torch.cat(logps),
+            torch.cat(entropies) if entropies else None,
+            torch.stack(aux).mean() if aux else None,
+        )
+
     def _generate_and_score_completions(self, inputs):
         self.rollout_rows = inputs  # TRL passes rollout_func the prompts only; the game needs the rows
         return super()._generate_and_score_completions(inputs)
@@ -89,6 +121,21 @@ class WordleGRPOTrainer(GRPOTrainer):
             if self.check is not None and self.check_steps and step % self.check_steps == 0:
                 logs.update(self.check(self))
         super().log(logs, start_time)
+
+
+# The keyword arguments of GRPOTrainer._get_per_token_logps_and_entropies that only image models pass.
+_MULTIMODAL = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 def trim_padding(batch: dict) -> dict:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import grpo_train
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
+
+import grpo_train
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
 from training.config import ConfigError, resolve
 from training.rollout import SLOTS, GameRollout, lone_turn_share

@@ -194,15 +194,21 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
     assert game_logs(resumed)[-1] == logs[-1]
 
 
-def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path):
-    trainer = train(tmp_path / "out", "--max_steps", "1")
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """A trainer after one game step, and one more game batch (2 start states) generated and scored by it."""
+    trainer = train(tmp_path_factory.mktemp("scored") / "out", "--max_steps", "1")
     trainer.model.train()
     batch = [
         {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}
         for row in trainer.train_dataset.select(range(2))
         for _ in range(SLOTS * 4)
     ]
-    out = trainer._generate_and_score_completions(batch)
+    return trainer, trainer._generate_and_score_completions(batch)
+
+
+def test_placeholders_get_advantage_zero_and_no_gradient(scored):
+    trainer, out = scored
     # TRL pads env_mask with 1s; the loss counts completion_mask x env_mask, which is all 0 on a placeholder.
     placeholder = (out["completion_mask"] * out["tool_mask"]).sum(1) == 0
     assert placeholder.any() and (~placeholder).any()
@@ -216,15 +222,8 @@ def test_placeholders_get_advantage_zero_and_no_gradient(tmp_path):
     assert grads and all(g is None or torch.count_nonzero(g) == 0 for g in grads)
 
 
-def test_scoring_trims_each_chunk_as_the_loss_trims_its_micro_batch(tmp_path):
-    trainer = train(tmp_path / "out", "--max_steps", "1")
-    trainer.model.train()
-    batch = [
-        {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}
-        for row in trainer.train_dataset.select(range(2))
-        for _ in range(SLOTS * 4)
-    ]
-    out = trainer._generate_and_score_completions(batch)
+def test_scoring_trims_each_chunk_as_the_loss_trims_its_micro_batch(scored):
+    trainer, out = scored
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
     mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
     width, size = out["completion_ids"].size(1), trainer.args.per_device_train_batch_size

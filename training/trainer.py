@@ -85,10 +85,10 @@ class WordleGRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
             )
-        # TRL's, chunk by chunk, each chunk without the columns that are padding in all of its rows: the
-        # scoring pass (the reference model's log-probs, a quarter of a game step) then costs what the
-        # loss's trimmed micro-batches cost, and since its chunks are those micro-batches (the same
-        # per_device_train_batch_size rows, in order), both see identical inputs and the KL starts at 0.
+        # TRL's, chunk by chunk, each chunk without the columns that are padding in all of its rows, as the
+        # loss's micro-batches are (trim_padding): the scoring pass (the reference model's log-probs) cost a
+        # third less on the main job. Its chunks are those micro-batches (the same per_device_train_batch_size
+        # rows, in order), so reference and policy see identical inputs and the first step's KL is exactly 0.
         batch_size = batch_size or input_ids.size(0)
         logps, entropies, aux = [], [], []
         for start in range(0, input_ids.size(0), batch_size):

@@ -3,8 +3,9 @@
 - Every training log gets ``peak_memory_mb``, and the progress bar writes one readable line per log.
 - ``rollout=GameRollout()`` (``--rollout game``) passes it to TRL as ``rollout_func``, hands it each
   batch's dataset rows, samples each start state ``SLOTS x num_generations`` times in a row
-  (see ``training/rollout.py``), and scores and trains on the batch in chunks trimmed of their padding; ``check=GameCheck(...)`` adds greedy games on the validation and
-  held-out secrets to the logs every ``check_steps`` steps, and at the start.
+  (see ``training/rollout.py``), and scores and trains on the batch in chunks trimmed of their
+  padding; ``check=GameCheck(...)`` adds greedy games on the validation and held-out secrets to the
+  logs every ``check_steps`` steps, and at the start.
 
 Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
 difference against a bare GRPOTrainer).

@@ -82,7 +82,9 @@ class WordleGRPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
     ):
-        if self.game_rollout is None or any(kwargs.get(key) is not None for key in _MULTIMODAL):
+        # Any keyword but the two flags is an image model's per-sample input, which these chunks would not slice.
+        per_sample = any(value is not None for key, value in kwargs.items() if key not in _FLAGS)
+        if self.game_rollout is None or per_sample:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
             )
@@ -124,19 +126,8 @@ class WordleGRPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
 
 
-# The keyword arguments of GRPOTrainer._get_per_token_logps_and_entropies that only image models pass.
-_MULTIMODAL = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
+# The keyword arguments of GRPOTrainer._get_per_token_logps_and_entropies that are flags, not per-sample inputs.
+_FLAGS = ("compute_entropy", "compute_aux_loss")
 
 
 def trim_padding(batch: dict) -> dict:

@@ -194,6 +194,11 @@ def test_cpu_profile_gives_a_hub_model_its_own_settings_and_says_so(qwen_dir, ca
     assert any(
         note.startswith("model tiny: the profile's settings for the embedded model apply") for note in tiny["notes"]
     )
+    # The note lists the section's values; the command line still wins over them, and the note says so.
+    assert grpo_train.main(["--profile", "cpu", "--dry-run", "--max_completion_length", "32"]) == 0
+    overridden = yaml.safe_load(capsys.readouterr().out)
+    assert overridden["generation"]["max_completion_length"] == 32
+    assert any("under --config and the command line" in note for note in overridden["notes"])
 
 
 # --- the preflight before the download -----------------------------------------------------------------

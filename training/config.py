@@ -170,7 +170,11 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str,
         summary = ", ".join(f"{k} {plain(v)}" for k, v in embedded.items())
         if model == TINY:
             values.update(embedded)
-            notes.append(f"model tiny: the profile's settings for the embedded model apply ({summary})")
+            # The section's values, not the resolved ones: --config and the command line still override them.
+            notes.append(
+                f"model tiny: the profile's settings for the embedded model apply, under --config and the command line "
+                f"({summary})"
+            )
         else:
             notes.append(
                 f"model {model} is not the embedded model: the profile's settings tuned for it do not apply ({summary})"

@@ -11,7 +11,7 @@ nothing (the input RMSNorm divides it out) and a second copy takes its share fro
 
 - keys: a least-squares direction of layer 0's normalised input rows that scores the past-guess tokens (and
   ``<|user|>``) 1 and the other prompt tokens 0; queries: one that scores ``<guess>`` 1 and every other token 0
-  (the ``<guess>`` row weighted 100). Both sit in each head's last rotary pair but one, whose rotation over the
+  (the ``<guess>`` row weighted 100). Both sit in each head's slowest rotary pair, whose rotation over the
   512-token context stays under 0.1 radian, so the score does not depend on position; ``--sharpness`` scales it;
 - ``--added N`` (the default, 8): N heads appended to every layer (head_dim kept, so the attention is wider
   than the hidden size; zero in layers 1-3). Their values are layer 0's own and their output ``--strength``

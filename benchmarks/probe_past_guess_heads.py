@@ -10,7 +10,8 @@ nothing (the input RMSNorm divides it out) and a second copy takes its share fro
 (docs/research-log.md, e50, e51). The grafted heads average the ``⟦W⟧`` tokens alone, at ``<guess>``:
 
 - keys: a least-squares direction of layer 0's normalised input rows that scores the past-guess tokens (and
-  ``<|user|>``) 1 and the other prompt tokens 0; queries: one that scores ``<guess>`` 1 and every other token 0
+  ``<|user|>``, meant as somewhere to look before any past guess, though the fit leaves it at 0.07) 1 and the
+  other prompt tokens 0; queries: one that scores ``<guess>`` 1 and every other token 0
   (the ``<guess>`` row weighted 100). Both sit in each head's slowest rotary pair, whose rotation over the
   512-token context stays under 0.1 radian, so the score does not depend on position; ``--sharpness`` scales it;
 - ``--added N`` (the default, 8): N heads appended to every layer (head_dim kept, so the attention is wider

@@ -42,26 +42,29 @@ from tinymodel import MODEL_DIR
 from tinymodel.tokenizer import USER, WORDS, past_guess_ids
 
 
+def _ridge(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The weighted ridge least-squares solution of ``x @ solution ~ y`` (ridge 1e-3)."""
+    a = x * weight.sqrt()[:, None]
+    return torch.linalg.solve(a.T @ a + 1e-3 * torch.eye(x.shape[1]), a.T @ (y * weight.sqrt()))
+
+
 def _least_squares(rows: torch.Tensor, ones: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A direction and bias scoring ``rows[ones]`` 1 and ``rows[zeros]`` 0 (ridge least squares, each class
-    weighted alike however many rows it has)."""
+    """A direction and bias scoring ``rows[ones]`` 1 and ``rows[zeros]`` 0, each class weighted alike however
+    many rows it has."""
     x = torch.cat([rows[ones], rows[zeros]])
     x = torch.cat([x, torch.ones(len(x), 1)], 1)
     y = torch.cat([torch.ones(int(ones.sum())), torch.zeros(int(zeros.sum()))])
-    weight = torch.where(y > 0, 1.0 / ones.sum(), 1.0 / zeros.sum()).sqrt()
-    a = x * weight[:, None]
-    solution = torch.linalg.solve(a.T @ a + 1e-3 * torch.eye(a.shape[1]), a.T @ (y * weight))
+    solution = _ridge(x, y, torch.where(y > 0, 1.0 / ones.sum(), 1.0 / zeros.sum()))
     return solution[:-1], solution[-1]
 
 
 def _query_direction(rows: torch.Tensor, target: int) -> torch.Tensor:
-    """A direction scoring ``rows[target]`` 1 and every other row 0, the target weighted 100 (ridge, no bias)."""
+    """A direction scoring ``rows[target]`` 1 and every other row 0, the target weighted 100 (no bias)."""
     y = torch.zeros(len(rows))
     y[target] = 1.0
-    w = torch.ones(len(rows))
-    w[target] = 100.0
-    a = rows * w.sqrt()[:, None]
-    return torch.linalg.solve(a.T @ a + 1e-3 * torch.eye(rows.shape[1]), a.T @ (y * w.sqrt()))
+    weight = torch.ones(len(rows))
+    weight[target] = 100.0
+    return _ridge(rows, y, weight)
 
 
 def _widened(model: Qwen2ForCausalLM, added: int) -> Qwen2ForCausalLM:

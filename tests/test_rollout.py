@@ -17,7 +17,7 @@ from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
 from training.config import ConfigError, resolve
 from training.rollout import SLOTS, GameRollout, lone_turn_share
 from training.summary import summary
-from training.trainer import trim_padding
+from training.trainer import drop_placeholders, trim_padding
 from wordle import MAX_GUESSES, history_for
 from wordle.game import Game, format_reply, play
 
@@ -222,27 +222,65 @@ def test_placeholders_get_advantage_zero_and_no_gradient(scored):
     assert grads and all(g is None or torch.count_nonzero(g) == 0 for g in grads)
 
 
-def test_scoring_trims_each_chunk_as_the_loss_trims_its_micro_batch(scored):
+def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(scored):
     trainer, out = scored
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
     mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
     width, size = out["completion_ids"].size(1), trainer.args.per_device_train_batch_size
-    completion = out["completion_mask"].bool()
+    live = (out["completion_mask"] * out["tool_mask"]).any(1)
+    tokens = out["completion_mask"].bool() & live[:, None]
+    # The rollout told the scoring pass which rows are placeholders: the reference log-probs are 0 there.
+    assert trainer.rollout_live is None  # and only for that pass
+    assert not out["ref_per_token_logps"][~live].any() and out["ref_per_token_logps"][tokens].any()
     with torch.no_grad():
-        trimmed, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, size)
-        untrimmed, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, width, size)
-        # The same log-probs as TRL's padded pass, up to float rounding ...
-        assert torch.allclose(trimmed[completion], untrimmed[completion], atol=1e-4)
+        trainer.rollout_live = live.tolist()
+        try:
+            scored_logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, size)
+        finally:
+            trainer.rollout_live = None
+        padded, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, width, size)
+        # The same log-probs as TRL's padded pass over every row, up to float rounding ...
+        assert torch.allclose(scored_logps[tokens], padded[tokens], atol=1e-4)
+        assert not scored_logps[~live].any()
         # ... and bit for bit those of the loss's micro-batches, so the KL term compares like with like.
+        mixed = 0
         for k, micro in enumerate(split_tensor_dict(out, trainer.args.steps_per_generation)):
-            micro = trim_padding(micro)
+            chunk, kept = scored_logps[k * size : (k + 1) * size], live[k * size : (k + 1) * size]
+            micro = trim_padding(drop_placeholders(micro))
+            assert len(micro["prompt_ids"]) == (int(kept.sum()) or size)  # a chunk of placeholders stays whole
+            mixed += 0 < kept.sum() < size
             micro_ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], 1)
             micro_mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], 1)
             got, _, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model, micro_ids, micro_mask, micro["completion_ids"].size(1)
             )
-            assert torch.equal(got, trimmed[k * size : (k + 1) * size, : got.size(1)])
-            assert not trimmed[k * size : (k + 1) * size, got.size(1) :].any()  # padding columns: zeros
+            rows = chunk[kept] if kept.any() else chunk
+            assert torch.equal(got, rows[:, : got.size(1)])
+            assert not rows[:, got.size(1) :].any()  # padding columns: zeros
+    assert mixed  # the batch did hold micro-batches of live rows and placeholders
+
+
+def test_leaving_out_placeholders_changes_neither_the_loss_nor_its_gradient(scored):
+    trainer, out = scored
+    live = (out["completion_mask"] * out["tool_mask"]).any(1)
+    size = trainer.args.per_device_train_batch_size
+    k = next(k for k in range(len(live) // size) if 0 < live[k * size : (k + 1) * size].sum() < size)
+    [micro] = split_tensor_dict({key: v[k * size : (k + 1) * size] if torch.is_tensor(v) and v.ndim else v
+                                 for key, v in out.items()}, 1)
+
+    def loss_and_grads(batch):
+        trainer.model.zero_grad()
+        loss = trainer.compute_loss(trainer.model, trim_padding(batch))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
+
+    whole, whole_grads = loss_and_grads(micro)
+    dropped = drop_placeholders(micro)
+    assert len(dropped["prompt_ids"]) == int(live[k * size : (k + 1) * size].sum())
+    kept, kept_grads = loss_and_grads(dropped)
+    assert whole != 0 and torch.allclose(kept, whole, atol=1e-6)
+    assert len(kept_grads) == len(whole_grads)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(kept_grads, whole_grads, strict=True))
 
 
 def test_the_same_seed_and_step_play_the_same_games(tmp_path):

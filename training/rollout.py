@@ -139,7 +139,10 @@ class GameRollout:
             torch.manual_seed(_generator_seed(trainer.args.seed, step, process))
             games = play(player, secrets, histories)
         log_game_metrics(trainer, games, generations)
-        return self.layout(games, player.records, generations, trainer.eos_token_ids[0])
+        out = self.layout(games, player.records, generations, trainer.eos_token_ids[0])
+        # For the trainer's scoring pass, which skips placeholders as the loss does (its inputs hold no env_mask).
+        trainer.rollout_live = [bool(mask[0]) for mask in out["env_mask"]]
+        return out
 
     def layout(self, games: Sequence[Game], records: dict, generations: int, eos_id: int) -> dict[str, list]:
         """The samples in TRL's order: per start state, slot by slot, game by game."""

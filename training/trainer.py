@@ -39,6 +39,7 @@ class WordleGRPOTrainer(GRPOTrainer):
     ) -> None:
         self.game_rollout, self.check, self.check_steps = rollout, check, check_steps
         self.rollout_rows: list[dict] = []
+        self.rollout_live: list[bool] | None = None
         if rollout is not None:
             # TRL warns once that rollout_func is experimental; this project pins the TRL it was built on.
             os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -76,7 +77,8 @@ class WordleGRPOTrainer(GRPOTrainer):
         every = self.args.steps_per_generation * self.num_iterations
         if self._step % every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
-            self._buffered_inputs = [trim_padding(b) for b in split_tensor_dict(batch, self.args.steps_per_generation)]
+            micro = split_tensor_dict(batch, self.args.steps_per_generation)
+            self._buffered_inputs = [trim_padding(drop_placeholders(b)) for b in micro]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _get_per_token_logps_and_entropies(
@@ -93,18 +95,30 @@ class WordleGRPOTrainer(GRPOTrainer):
         # third less on the main job. Its chunks are those micro-batches (the same per_device_train_batch_size
         # rows, in order), so reference and policy see identical inputs and the first step's KL is exactly 0.
         batch_size = batch_size or input_ids.size(0)
+        live = self.rollout_live  # set for a rollout's scoring pass only: the loss's micro-batches hold live rows
+        if live is None or len(live) != input_ids.size(0):
+            live = [True] * input_ids.size(0)
         logps, entropies, aux = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            # The placeholders of games that had ended are left out as the loss leaves them out
+            # (drop_placeholders), so that both passes still see identical inputs; their log-probs are
+            # masked out of every sum, so zeros stand in for them.
+            rows = torch.tensor(live[start : start + batch_size]).nonzero().flatten()
+            if 0 < len(rows) < len(ids):
+                ids, mask = ids[rows], mask[rows]
+            else:
+                rows = None
             used = mask.any(0).nonzero()
             first, last = int(used[0]), int(used[-1]) + 1  # every row keeps its first completion token
             cut = ids.size(1) - last
             chunk_logps, chunk_entropies, chunk_aux = super()._get_per_token_logps_and_entropies(
                 model, ids[:, first:last], mask[:, first:last], logits_to_keep - cut, **kwargs
             )
-            logps.append(torch.nn.functional.pad(chunk_logps, (0, cut)))  # padding columns: masked out
+            chunk_size = min(batch_size, input_ids.size(0) - start)
+            logps.append(_widen(chunk_logps, cut, rows, chunk_size))
             if chunk_entropies is not None:
-                entropies.append(torch.nn.functional.pad(chunk_entropies, (0, cut)))
+                entropies.append(_widen(chunk_entropies, cut, rows, chunk_size))
             if chunk_aux is not None:
                 aux.append(chunk_aux)
         return (
@@ -115,7 +129,10 @@ class WordleGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self.rollout_rows = inputs  # TRL passes rollout_func the prompts only; the game needs the rows
-        return super()._generate_and_score_completions(inputs)
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self.rollout_live = None  # set by the rollout for this batch's scoring only
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -128,6 +145,39 @@ class WordleGRPOTrainer(GRPOTrainer):
 
 # The keyword arguments of GRPOTrainer._get_per_token_logps_and_entropies that are flags, not per-sample inputs.
 _FLAGS = ("compute_entropy", "compute_aux_loss")
+
+
+def _widen(values: torch.Tensor, cut: int, rows: torch.Tensor | None, size: int) -> torch.Tensor:
+    """A chunk's per-token values back at its full width (zeros in the padding columns cut off) and
+    height (zeros in the rows left out): positions every loss and metric masks out."""
+    values = torch.nn.functional.pad(values, (0, cut))
+    if rows is None:
+        return values
+    full = values.new_zeros((size, values.size(1)))
+    full[rows] = values
+    return full
+
+
+def drop_placeholders(batch: dict) -> dict:
+    """The micro-batch without its rows that carry no loss token: in game mode, the placeholders of
+    games that had ended (``training/rollout.py``), which still cost a forward and a backward pass at
+    the micro-batch's width. The loss is unchanged: TRL's normalizer counts the generation batch's
+    tokens, and every masked row adds 0. A micro-batch of placeholders only is kept whole (two
+    tokens wide once trimmed) so that no pass is empty."""
+    mask = batch["completion_mask"]
+    if "tool_mask" in batch:
+        mask = mask * batch["tool_mask"]
+    keep = mask.any(1).nonzero().flatten()
+    rows = mask.size(0)
+    if len(keep) in (0, rows):
+        return batch
+    out = dict(batch)
+    for key, value in batch.items():
+        if torch.is_tensor(value) and value.ndim > 0 and value.size(0) == rows:
+            out[key] = value[keep]
+        elif isinstance(value, list) and len(value) == rows:
+            out[key] = [value[i] for i in keep.tolist()]
+    return out
 
 
 def trim_padding(batch: dict) -> dict:

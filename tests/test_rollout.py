@@ -196,8 +196,9 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
-    """A trainer after one game step, and one more game batch (2 start states) generated and scored by it."""
-    trainer = train(tmp_path_factory.mktemp("scored") / "out", "--max_steps", "1")
+    """A trainer after one game step, and one more game batch (2 start states) generated and scored by it,
+    with a KL anchor so that scoring runs the reference pass (the cpu profile's beta 0 skips it)."""
+    trainer = train(tmp_path_factory.mktemp("scored") / "out", "--max_steps", "1", "--beta", "0.04")
     trainer.model.train()
     batch = [
         {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}

@@ -18,6 +18,9 @@ nothing (the input RMSNorm divides it out) and a second copy takes its share fro
   than the hidden size; zero in layers 1-3). Their values are layer 0's own and their output ``--strength``
   times layer 0's: the full-rank "not W". vLLM's Qwen2 (0.31) derives the head width from the hidden size and
   cannot load such a model;
+- ``--llama``: the grafted model saved in Llama's shape (``attention_bias`` puts biases on q, k, v and o; o's
+  are zero, so it is the same Qwen2): vLLM's Llama honours ``head_dim``, so the added heads load there too
+  (research log, e56: the same logits in transformers, the same greedy replies in vLLM 0.31 on CPU);
 - ``--given N``: the last N of the 8 heads taken from the mean instead (the model keeps its shape). Their
   values are the past-guess rows' top principal directions, their output ``--strength`` times what layer 0
   does to the mean.
@@ -34,7 +37,14 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -87,6 +97,23 @@ def _widened(model: Qwen2ForCausalLM, added: int) -> Qwen2ForCausalLM:
     wide.load_state_dict(state)
     wide.generation_config = model.generation_config
     return wide
+
+
+def as_llama(model: Qwen2ForCausalLM) -> LlamaForCausalLM:
+    """The same model as a Llama: Qwen2's biases on q, k and v, and zero biases on o (Llama's
+    ``attention_bias`` sets all four), so it computes the same, and vLLM's Llama honours ``head_dim``."""
+    config = model.config.to_dict()
+    for key in ("architectures", "transformers_version", "model_type", *_QWEN2_ONLY):
+        config.pop(key, None)
+    llama = LlamaForCausalLM(LlamaConfig(**config, attention_bias=True, mlp_bias=False))
+    state = {name: torch.zeros_like(value) for name, value in llama.state_dict().items() if name.endswith("o_proj.bias")}
+    llama.load_state_dict({**state, **model.state_dict()})
+    llama.generation_config = model.generation_config
+    return llama
+
+
+# Qwen2's sliding-window settings (unused by this model), which Llama's config does not take.
+_QWEN2_ONLY = ("layer_types", "max_window_layers", "sliding_window", "use_sliding_window")
 
 
 @torch.no_grad()
@@ -149,15 +176,19 @@ def main() -> None:
     parser.add_argument("--given", type=int, default=0, help="take the last N heads from the mean instead")
     parser.add_argument("--added", type=int, default=8, help="heads appended (ignored with --given)")
     parser.add_argument("--sharpness", type=float, default=15.0)
+    parser.add_argument("--llama", action="store_true", help="save it as a Llama, whose head width vLLM honours")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = Qwen2ForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     grafted = graft(model, tokenizer, args.strength, 0 if args.given else args.added, args.given, args.sharpness)
+    if args.llama:
+        grafted = as_llama(grafted)
     grafted.save_pretrained(args.out)
     for path in args.model.iterdir():  # the tokenizer's files, unchanged
-        if path.name.startswith("tokenizer") or path.suffix == ".jinja":
+        if path.name.startswith(("tokenizer", "tokenization")) or path.suffix == ".jinja":
             shutil.copy(path, args.out / path.name)
-    print(f"wrote {args.out}: {grafted.config.num_attention_heads} heads, strength {args.strength}")
+    shape = type(grafted).__name__
+    print(f"wrote {args.out}: {shape}, {grafted.config.num_attention_heads} heads, strength {args.strength}")
 
 
 if __name__ == "__main__":

@@ -106,7 +106,9 @@ def as_llama(model: Qwen2ForCausalLM) -> LlamaForCausalLM:
     for key in ("architectures", "transformers_version", "model_type", *_QWEN2_ONLY):
         config.pop(key, None)
     llama = LlamaForCausalLM(LlamaConfig(**config, attention_bias=True, mlp_bias=False))
-    state = {name: torch.zeros_like(value) for name, value in llama.state_dict().items() if name.endswith("o_proj.bias")}
+    state = {
+        name: torch.zeros_like(value) for name, value in llama.state_dict().items() if name.endswith("o_proj.bias")
+    }
     llama.load_state_dict({**state, **model.state_dict()})
     llama.generation_config = model.generation_config
     return llama

@@ -266,8 +266,7 @@ def test_leaving_out_placeholders_changes_neither_the_loss_nor_its_gradient(scor
     live = (out["completion_mask"] * out["tool_mask"]).any(1)
     size = trainer.args.per_device_train_batch_size
     k = next(k for k in range(len(live) // size) if 0 < live[k * size : (k + 1) * size].sum() < size)
-    [micro] = split_tensor_dict({key: v[k * size : (k + 1) * size] if torch.is_tensor(v) and v.ndim else v
-                                 for key, v in out.items()}, 1)
+    micro = {key: v[k * size : (k + 1) * size] if torch.is_tensor(v) and v.ndim else v for key, v in out.items()}
 
     def loss_and_grads(batch):
         trainer.model.zero_grad()

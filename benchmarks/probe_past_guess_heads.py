@@ -99,6 +99,10 @@ def _widened(model: Qwen2ForCausalLM, added: int) -> Qwen2ForCausalLM:
     return wide
 
 
+# Qwen2's sliding-window settings (unused by this model), which Llama's config does not take.
+_QWEN2_ONLY = ("layer_types", "max_window_layers", "sliding_window", "use_sliding_window")
+
+
 def as_llama(model: Qwen2ForCausalLM) -> LlamaForCausalLM:
     """The same model as a Llama: Qwen2's biases on q, k and v, and zero biases on o (Llama's
     ``attention_bias`` sets all four), so it computes the same, and vLLM's Llama honours ``head_dim``."""
@@ -112,10 +116,6 @@ def as_llama(model: Qwen2ForCausalLM) -> LlamaForCausalLM:
     llama.load_state_dict({**state, **model.state_dict()})
     llama.generation_config = model.generation_config
     return llama
-
-
-# Qwen2's sliding-window settings (unused by this model), which Llama's config does not take.
-_QWEN2_ONLY = ("layer_types", "max_window_layers", "sliding_window", "use_sliding_window")
 
 
 @torch.no_grad()

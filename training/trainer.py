@@ -101,24 +101,22 @@ class WordleGRPOTrainer(GRPOTrainer):
         logps, entropies, aux = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            size = len(ids)
             # The placeholders of games that had ended are left out as the loss leaves them out
             # (drop_placeholders), so that both passes still see identical inputs; their log-probs are
             # masked out of every sum, so zeros stand in for them.
-            rows = torch.tensor(live[start : start + batch_size]).nonzero().flatten()
-            if 0 < len(rows) < len(ids):
+            rows = _kept_rows(torch.tensor(live[start : start + batch_size]))
+            if rows is not None:
                 ids, mask = ids[rows], mask[rows]
-            else:
-                rows = None
             used = mask.any(0).nonzero()
             first, last = int(used[0]), int(used[-1]) + 1  # every row keeps its first completion token
             cut = ids.size(1) - last
             chunk_logps, chunk_entropies, chunk_aux = super()._get_per_token_logps_and_entropies(
                 model, ids[:, first:last], mask[:, first:last], logits_to_keep - cut, **kwargs
             )
-            chunk_size = min(batch_size, input_ids.size(0) - start)
-            logps.append(_widen(chunk_logps, cut, rows, chunk_size))
+            logps.append(_widen(chunk_logps, cut, rows, size))
             if chunk_entropies is not None:
-                entropies.append(_widen(chunk_entropies, cut, rows, chunk_size))
+                entropies.append(_widen(chunk_entropies, cut, rows, size))
             if chunk_aux is not None:
                 aux.append(chunk_aux)
         return (
@@ -147,6 +145,14 @@ class WordleGRPOTrainer(GRPOTrainer):
 _FLAGS = ("compute_entropy", "compute_aux_loss")
 
 
+def _kept_rows(live: torch.Tensor) -> torch.Tensor | None:
+    """The indices of a chunk's live rows, or None to keep it whole: when every row is live, and when none
+    is (a chunk of placeholders only, two tokens wide once trimmed, so that no pass is empty). The loss's
+    micro-batches (drop_placeholders) and the scoring pass's chunks both choose by it, so they stay alike."""
+    rows = live.nonzero().flatten()
+    return rows if 0 < len(rows) < len(live) else None
+
+
 def _widen(values: torch.Tensor, cut: int, rows: torch.Tensor | None, size: int) -> torch.Tensor:
     """A chunk's per-token values back at its full width (zeros in the padding columns cut off) and
     height (zeros in the rows left out): positions every loss and metric masks out."""
@@ -162,15 +168,14 @@ def drop_placeholders(batch: dict) -> dict:
     """The micro-batch without its rows that carry no loss token: in game mode, the placeholders of
     games that had ended (``training/rollout.py``), which still cost a forward and a backward pass at
     the micro-batch's width. The loss is unchanged: TRL's normalizer counts the generation batch's
-    tokens, and every masked row adds 0. A micro-batch of placeholders only is kept whole (two
-    tokens wide once trimmed) so that no pass is empty."""
+    tokens, and every masked row adds 0. Which rows stay: ``_kept_rows``."""
     mask = batch["completion_mask"]
     if "tool_mask" in batch:
         mask = mask * batch["tool_mask"]
-    keep = mask.any(1).nonzero().flatten()
-    rows = mask.size(0)
-    if len(keep) in (0, rows):
+    keep = _kept_rows(mask.any(1))
+    if keep is None:
         return batch
+    rows = mask.size(0)
     out = dict(batch)
     for key, value in batch.items():
         if torch.is_tensor(value) and value.ndim > 0 and value.size(0) == rows:

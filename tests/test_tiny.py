@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM, Qwen2Tokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen2ForCausalLM, Qwen2Tokenizer
 
 import grpo_train
 import tinymodel
@@ -20,8 +20,8 @@ import tinymodel.build
 from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
 from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
-from tinymodel.bag import fit_guess_bag, guess_states, wire_guess_bag
-from tinymodel.build import RECIPE_VERSION, SCALES, _past_guess_flags, build, build_model
+from tinymodel.bag import add_past_guess_heads, as_llama, fit_guess_bag, guess_states, wire_guess_bag
+from tinymodel.build import RECIPE_VERSION, SCALES, _past_guess_flags, _past_guess_heads_flags, build, build_model
 from tinymodel.build import main as tiny_main
 from tinymodel.data import encode, game_rows, reply_text, think_text
 from tinymodel.tokenizer import (
@@ -52,7 +52,7 @@ from wordle import (
 )
 
 TOKENIZER = build_tokenizer()  # recipe 7's (python -m tinymodel --no_past_guesses)
-PAST = build_tokenizer(past_guesses=True)  # the shipped recipe 9's: a token for each past answer guess
+PAST = build_tokenizer(past_guesses=True)  # the shipped recipe 10's (and 9's): a token for each past answer guess
 # What the shipped model must keep doing on 60 held-out games. When shipped it measured on these 60:
 # 22 wins (36.7%; random allowed words win none), 2.2% invalid replies, every turn-2 guess consistent
 # with the opener's feedback.
@@ -346,6 +346,44 @@ def test_wiring_makes_a_past_guess_token_say_not_this_word():
             assert change[top] < change.mean() - 3 * change.std()
 
 
+def test_past_guess_heads_look_at_the_past_guess_tokens_and_save_as_the_same_llama():
+    # The full scale's width (a narrower bag's directions are too blurred to test), one layer.
+    spec = dataclasses.replace(SCALES["ci"], hidden_size=256, num_heads=8, num_kv_heads=8)
+    model = build_model(PAST, spec, seed=0)
+    encoded = encode(PAST, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids, past_ids = PAST.convert_tokens_to_ids(list(WORDS)), past_guess_ids(PAST)
+    wire_guess_bag(model, fit_guess_bag(encoded, PAST, 20, 8, 1e-2, 0), word_ids, encoded, past_ids)
+    history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "TIMID"])  # SOARE is no answer: no token
+    text = PAST.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+    ids = PAST(text + "<think>.....</think><guess>", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    is_past = torch.isin(ids[0], torch.tensor(past_ids))
+    assert int(is_past.sum()) == 3
+    with torch.no_grad():
+        wired = model(ids).logits
+        silent = add_past_guess_heads(model, PAST, 8, strength=0.0)  # the added heads, their output 0
+        assert silent.config.num_attention_heads == 16 and silent.config.head_dim == 32
+        assert torch.allclose(silent(ids).logits, wired, atol=1e-5)  # the widened model computes the same
+        wide = add_past_guess_heads(model, PAST, 8, strength=0.01)
+        wide.set_attn_implementation("eager")
+        attention = wide(ids, output_attentions=True).attentions[0][0, :, -1]  # layer 0 at <guess>: heads x keys
+        # The mean's heads still average every token; the added ones look at the past-guess tokens, each of them
+        # weighted over five times any other token (and over fifteen times the others' mean).
+        assert torch.allclose(attention[:8], torch.full_like(attention[:8], 1 / ids.shape[1]))
+        assert (attention[8:, is_past].min(-1).values > 5 * attention[8:, ~is_past].max(-1).values).all()
+        assert (attention[8:, is_past].min(-1).values > 15 * attention[8:, ~is_past].mean(-1)).all()
+        # So each past guess loses against the other answers: "not W", at a strength of its own.
+        change = (wide(ids).logits - wired)[0, -1, word_ids]
+        lowered = torch.stack([(change[WORDS.index(w)] - change.mean()) / change.std() for w in history_words(history)])
+        assert (lowered < -1).all(), lowered
+        llama = as_llama(wide)  # vLLM's Llama honours head_dim; its Qwen2 does not
+        assert isinstance(llama, LlamaForCausalLM) and llama.config.head_dim == 32
+        assert torch.allclose(llama(ids).logits, wide(ids).logits, atol=1e-5)
+
+
+def history_words(history):
+    return [guess for guess, _ in history if guess in WORDS]
+
+
 # --- a ci-scale build -----------------------------------------------------------------------------
 
 
@@ -354,10 +392,15 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
         assert (ci_model / name).is_file(), name
     info = json.loads((ci_model / "build_info.json").read_text())
     ci = SCALES["ci"]
-    assert info["scale"] == "ci" and info["steps"] == ci.steps
+    # Recipe 10 stops SFT part way along its schedule, by step count, not by the clock.
+    assert info["scale"] == "ci" and info["steps"] == ci.past_guess_sft_steps < info["max_steps"] == ci.steps
+    assert not info["stopped_early"]
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
-    assert isinstance(model, Qwen2ForCausalLM) and model.config.model_type == "qwen2"
+    # Recipe 11 is a Llama: the past-guess heads make the attention wider than the hidden size.
+    assert isinstance(model, LlamaForCausalLM) and model.config.model_type == "llama"
+    assert model.config.num_attention_heads == ci.num_heads + ci.past_guess_heads
+    assert model.config.head_dim == ci.hidden_size // ci.num_heads
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
@@ -372,7 +415,7 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
 
 def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
     info = json.loads((ci_model / "build_info.json").read_text())
-    assert info["recipe_version"] == RECIPE_VERSION == 9 and info["vocab_size"] == len(PAST)
+    assert info["recipe_version"] == RECIPE_VERSION == 10 and info["vocab_size"] == len(PAST)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(ci_model), AutoTokenizer.from_pretrained(ci_model)
     assert tokenizer.tokenize("CRANE: C(-)")[5] == "⟦CRANE⟧"
     # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
@@ -388,10 +431,20 @@ def test_build_info_command_names_the_past_guess_copies(copies, flags):
 
 
 @pytest.mark.parametrize(
+    ("copies", "heads", "flags"),
+    [(1, 8, []), (1, 0, ["--past_guess_heads=0"]), (1, 4, ["--past_guess_heads=4"]), (0, 0, [])],
+)
+def test_build_info_command_names_the_past_guess_heads(copies, heads, flags):
+    assert _past_guess_heads_flags(copies, heads, SCALES["full"]) == flags
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--past_guess_copies", "0"], "--past_guess_copies must be at least 1, got 0 (--no_past_guesses for none)"),
         (["--no_past_guesses", "--past_guess_copies", "2"], "--past_guess_copies 2 needs the past-guess tokens"),
+        (["--past_guess_heads", "-1"], "--past_guess_heads must be 0 or more, got -1"),
+        (["--no_past_guesses", "--past_guess_heads", "8"], "--past_guess_heads 8 needs the past-guess tokens"),
     ],
 )
 def test_build_cli_rejects_bad_copies_in_one_line(argv, message, capsys):
@@ -406,6 +459,16 @@ def test_no_past_guesses_builds_recipe_7(tmp_path):
     assert info["recipe_version"] == 7 and info["vocab_size"] == len(TOKENIZER)
     assert info["command"].endswith("--no_past_guesses")
     assert "⟦" not in "".join(AutoTokenizer.from_pretrained(out).tokenize("CRANE: C(-)"))
+    assert isinstance(AutoModelForCausalLM.from_pretrained(out), Qwen2ForCausalLM)
+
+
+def test_no_past_guess_heads_builds_recipe_9_as_a_qwen2(tmp_path):
+    out = build(tmp_path / "r9", scale="ci", seed=0, past_guess_heads=0)
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["recipe_version"] == 9 and info["vocab_size"] == len(PAST)
+    assert info["steps"] == info["max_steps"] == SCALES["ci"].steps  # its whole schedule
+    assert info["command"].endswith("--past_guess_heads=0")
+    assert isinstance(AutoModelForCausalLM.from_pretrained(out), Qwen2ForCausalLM)
 
 
 def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, tmp_path):
@@ -496,7 +559,7 @@ def test_lora_attaches_to_the_attention_projections(ci_model):
 
 
 def test_a_missing_embedded_model_is_one_line_naming_the_build(tmp_path, monkeypatch):
-    # Loading never builds (a build takes 15 to 30 minutes): it names what is missing and the command.
+    # Loading never builds (a build takes 20 to 30 minutes): it names what is missing and the command.
     monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp_path / "model")
     with pytest.raises(MissingModelError) as raised:
         model_dir()

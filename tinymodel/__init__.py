@@ -16,9 +16,9 @@ No machine of ours can reach a model hub, so the project makes its own small mod
 - :mod:`tinymodel.sft`: **supervised training** (a transformers ``Trainer``) that scores the answer
   token against every still-possible answer at once (a soft target). It teaches the reply's format
   and refines the wired guess.
-- :mod:`tinymodel.build`: the small Qwen2, the scales and the build, whose CLI is
-  ``python -m tinymodel`` (15 to 30 minutes on one CPU core, by the machine's speed; ``--scale ci``
-  makes a throwaway model in seconds for tests).
+- :mod:`tinymodel.build`: the small Qwen2 (heads of their own for the past-guess tokens, saved as a Llama),
+  the scales and the build, whose CLI is ``python -m tinymodel`` (20 to 30 minutes on one CPU core, by the
+  machine's speed; ``--scale ci`` makes a throwaway model in seconds for tests).
 
 This module imports nothing heavy: loading the shipped model needs only :func:`model_dir`.
 Loading never builds; a missing model is a one-line error that names the build command.
@@ -47,12 +47,12 @@ class MissingModelError(FileNotFoundError):
 
 def model_dir() -> Path:
     """The shipped model's directory. Raises :class:`MissingModelError` when a file is missing: a
-    build takes 15 to 30 minutes, too long to start silently inside model loading."""
+    build takes 20 to 30 minutes, too long to start silently inside model loading."""
     missing = [name for name in MODEL_FILES if not (MODEL_DIR / name).is_file()]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise MissingModelError(
             f"the embedded model in {MODEL_DIR} is missing {missing[0]}{more}: rebuild it with "
-            f"`{BUILD_COMMAND}` (15 to 30 minutes on one core) or restore the directory from the repository"
+            f"`{BUILD_COMMAND}` (20 to 30 minutes on one core) or restore the directory from the repository"
         )
     return MODEL_DIR

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import datasets
 import torch
-from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from tinymodel.tokenizer import WORDS, past_guess_ids
+from tinymodel.tokenizer import USER, WORDS, past_guess_ids
 
 logger = logging.getLogger(__name__)
 
@@ -183,3 +183,138 @@ def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_id
         embeddings = model.get_input_embeddings().weight
         answers = embeddings[list(word_ids)]
         embeddings[list(past_ids)] = answers.mean(0) - answers
+
+
+# --- heads of their own for the past-guess tokens (recipe 10; docs/research-log.md, e55, e56, e58) ---------------
+
+
+def _ridge(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The weighted ridge least-squares solution of ``x @ solution ~ y`` (ridge 1e-3)."""
+    a = x * weight.sqrt()[:, None]
+    return torch.linalg.solve(a.T @ a + 1e-3 * torch.eye(x.shape[1]), a.T @ (y * weight.sqrt()))
+
+
+def _least_squares(rows: torch.Tensor, ones: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A direction and bias scoring ``rows[ones]`` 1 and ``rows[zeros]`` 0, each class weighted alike however
+    many rows it has."""
+    x = torch.cat([rows[ones], rows[zeros]])
+    x = torch.cat([x, torch.ones(len(x), 1)], 1)
+    y = torch.cat([torch.ones(int(ones.sum())), torch.zeros(int(zeros.sum()))])
+    solution = _ridge(x, y, torch.where(y > 0, 1.0 / ones.sum(), 1.0 / zeros.sum()))
+    return solution[:-1], solution[-1]
+
+
+def _query_direction(rows: torch.Tensor, target: int) -> torch.Tensor:
+    """A direction scoring ``rows[target]`` 1 and every other row 0, the target weighted 100 (no bias)."""
+    y = torch.zeros(len(rows))
+    y[target] = 1.0
+    weight = torch.ones(len(rows))
+    weight[target] = 100.0
+    return _ridge(rows, y, weight)
+
+
+def widened(model: Qwen2ForCausalLM, added: int) -> Qwen2ForCausalLM:
+    """The same model with ``added`` zero heads appended to every layer (head_dim kept): it computes the same."""
+    config = model.config.to_dict()
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    heads = model.config.num_attention_heads + added
+    config.update(num_attention_heads=heads, num_key_value_heads=heads, head_dim=head_dim)
+    for key in ("architectures", "transformers_version", "model_type"):
+        config.pop(key, None)
+    wide = Qwen2ForCausalLM(Qwen2Config(**config))
+    state = wide.state_dict()
+    for name, old in model.state_dict().items():
+        new = torch.zeros_like(state[name])
+        if "o_proj" in name:
+            new[:, : old.shape[1]] = old
+        else:
+            new[: old.shape[0]] = old
+        state[name] = new
+    wide.load_state_dict(state)
+    wide.generation_config = model.generation_config
+    return wide
+
+
+@torch.no_grad()
+def key_query_directions(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Layer 0's key direction (and bias) that scores the past-guess tokens 1 and the other prompt tokens 0, and
+    the query direction that scores ``<guess>`` 1 and every other token 0, both on layer 0's normalised rows.
+    ``<|user|>`` scores 1 too: somewhere to look before any past guess (the fit leaves it at 0.07)."""
+    rows = model.model.layers[0].input_layernorm(model.get_input_embeddings().weight)
+    is_key = torch.zeros(len(tokenizer), dtype=torch.bool)
+    is_key[past_guess_ids(tokenizer)] = True
+    is_key[tokenizer.convert_tokens_to_ids(USER)] = True
+    is_other = ~is_key
+    is_other[tokenizer.convert_tokens_to_ids(list(WORDS))] = False  # answers are never in a prompt
+    key, key_bias = _least_squares(rows, is_key, is_other)
+    return key, key_bias, _query_direction(rows, tokenizer.convert_tokens_to_ids("<guess>"))
+
+
+@torch.no_grad()
+def set_past_guess_heads(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, channel: range, sharpness: float = 15.0
+) -> None:
+    """Point the ``channel`` heads of layer 0 at the past-guess tokens: at ``<guess>`` they average the
+    prompt's ``⟦W⟧`` tokens alone. Query and key sit in each head's slowest rotary pair, whose rotation over
+    the 512-token context stays under 0.1 radian, so the score does not depend on position."""
+    key, key_bias, query = key_query_directions(model, tokenizer)
+    attention = model.model.layers[0].self_attn
+    head_dim = attention.head_dim
+    for head in channel:
+        heads = slice(head * head_dim, (head + 1) * head_dim)
+        for projection in (attention.q_proj, attention.k_proj):
+            projection.weight[heads] = 0
+            projection.bias[heads] = 0
+        slot = head * head_dim + head_dim // 2 - 1
+        attention.q_proj.weight[slot] = sharpness * head_dim**0.5 * query
+        attention.k_proj.weight[slot] = key
+        attention.k_proj.bias[slot] = key_bias
+
+
+@torch.no_grad()
+def add_past_guess_heads(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, added: int, strength: float, sharpness: float = 15.0
+) -> Qwen2ForCausalLM:
+    """``model`` (wired) with ``added`` heads appended to every layer, those of layer 0 a channel of their own
+    for the past-guess tokens (:func:`set_past_guess_heads`); zero elsewhere, so layers 1-3 compute as before.
+
+    In layer 0 every other head averages the whole prompt, so a past guess's ``⟦W⟧`` ("not W") is one token of
+    some 100 late in a game: a stronger row does nothing (the input RMSNorm divides it out) and a second copy
+    takes its share from every letter constraint (e50, e51). The channel averages the ``⟦W⟧`` tokens alone, as
+    strong at turn 6 as at turn 2. Its values are layer 0's own and its output ``strength`` times layer 0's.
+    The attention is then wider than the hidden size (head_dim kept), which vLLM's Qwen2 cannot load: save it
+    with :func:`as_llama`.
+    """
+    old = model.model.layers[0].self_attn
+    values, value_bias, out = old.v_proj.weight.clone(), old.v_proj.bias.clone(), strength * old.o_proj.weight
+    heads = model.config.num_attention_heads
+    model = widened(model, added)
+    attention = model.model.layers[0].self_attn
+    start = heads * attention.head_dim
+    attention.v_proj.weight[start:] = values
+    attention.v_proj.bias[start:] = value_bias
+    attention.o_proj.weight[:, start:] = out
+    set_past_guess_heads(model, tokenizer, range(heads, heads + added), sharpness)
+    return model
+
+
+# Qwen2's sliding-window settings (unused by this model), which Llama's config does not take.
+_QWEN2_ONLY = ("layer_types", "max_window_layers", "sliding_window", "use_sliding_window")
+
+
+def as_llama(model: Qwen2ForCausalLM) -> LlamaForCausalLM:
+    """The same model as a Llama: Qwen2's biases on q, k and v, and zero biases on o (Llama's
+    ``attention_bias`` sets all four), so it computes the same, and vLLM's Llama honours ``head_dim``
+    where its Qwen2 takes the head width as hidden size over heads (vLLM 0.31; research log, e56)."""
+    config = model.config.to_dict()
+    for key in ("architectures", "transformers_version", "model_type", *_QWEN2_ONLY):
+        config.pop(key, None)
+    llama = LlamaForCausalLM(LlamaConfig(**config, attention_bias=True, mlp_bias=False))
+    state = {
+        name: torch.zeros_like(value) for name, value in llama.state_dict().items() if name.endswith("o_proj.bias")
+    }
+    llama.load_state_dict({**state, **model.state_dict()})
+    llama.generation_config = model.generation_config
+    return llama

@@ -25,6 +25,18 @@ class WallClock(TrainerCallback):
         return control
 
 
+class StopAfter(TrainerCallback):
+    """Stops training after ``steps`` steps, wherever the learning-rate schedule is then."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.steps:
+            control.should_training_stop = True
+        return control
+
+
 class SoftTargetTrainer(Trainer):
     """Cross-entropy on the reply's tokens, except that the guessed answer is scored against the
     uniform distribution over *all* candidate answers of the state rather than the one sampled:
@@ -57,9 +69,10 @@ def train(
     seed: int,
     clock: WallClock,
     scratch: str,
+    stop_after: int | None = None,
 ) -> tuple[int, float]:
-    """``steps`` steps of supervised training on the replies (see :class:`SoftTargetTrainer`);
-    returns the steps taken and the mean training loss."""
+    """Supervised training on the replies (see :class:`SoftTargetTrainer`) on a ``steps``-long schedule,
+    stopped after ``stop_after`` steps if given; returns the steps taken and the mean training loss."""
     config = TrainingArguments(
         output_dir=scratch,
         max_steps=steps,
@@ -84,7 +97,7 @@ def train(
         args=config,
         train_dataset=encoded,
         data_collator=functools.partial(collate, pad_id=tokenizer.pad_token_id),
-        callbacks=[clock],
+        callbacks=[clock, *([StopAfter(stop_after)] if stop_after is not None else [])],
     )
     result = trainer.train()
     return trainer.state.global_step, result.training_loss

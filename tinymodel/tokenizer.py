@@ -137,7 +137,7 @@ def build_tokenizer(column_tags: bool = True, past_guesses: int = 0) -> PreTrain
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
     ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
     writes that many tokens after each past guess that is an answer (see ``PAST_GUESSES``): 1 (or True) is
-    the shipped recipe 9's tokenizer (``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
+    recipes 9's and 10's (the shipped one; ``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
     variant (docs/research-log.md, e51). New tokens come last, so the ids of the older ones do not move.
     """
     tagged = TAGGED_LETTERS if column_tags else ()

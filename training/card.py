@@ -70,7 +70,7 @@ def _rewards_section(rewards: dict[str, float]) -> str:
 def _base_section(base_model: str, kind: BaseKind) -> str:
     if kind == "tiny":
         return (
-            "`tiny`: wordle-grpo's embedded model, a small Qwen2 with its own Wordle tokenizer (one token per "
+            "`tiny`: wordle-grpo's embedded model, a small Llama-shaped model with its own Wordle tokenizer (one token per "
             "answer word and per marked letter). It is on no model hub: it ships in the wordle-grpo package as "
             "`tinymodel/model/` and loads with `--model tiny`. `adapter_config.json` therefore names it "
             '`"tiny"`, which `AutoPeftModelForCausalLM` cannot load; load it as below.'

@@ -462,6 +462,12 @@ def test_no_past_guesses_builds_recipe_7(tmp_path):
     assert isinstance(AutoModelForCausalLM.from_pretrained(out), Qwen2ForCausalLM)
 
 
+def test_past_guess_heads_without_past_guess_tokens_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="2 past-guess heads need the past-guess tokens"):
+        build(tmp_path / "x", scale="ci", past_guesses=0, past_guess_heads=2)
+    assert not (tmp_path / "x").exists()
+
+
 def test_no_past_guess_heads_builds_recipe_9_as_a_qwen2(tmp_path):
     out = build(tmp_path / "r9", scale="ci", seed=0, past_guess_heads=0)
     info = json.loads((out / "build_info.json").read_text())

@@ -168,6 +168,8 @@ def build(
     spec = SCALES[scale]
     if past_guess_heads is None:
         past_guess_heads = spec.past_guess_heads if past_guesses else 0
+    if past_guess_heads and not past_guesses:
+        raise ValueError(f"{past_guess_heads} past-guess heads need the past-guess tokens (past_guesses=0)")
     out_dir = Path(out_dir)
     started = time.monotonic()
     solver = Solver()

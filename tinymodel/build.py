@@ -177,8 +177,7 @@ def build(
 
     tokenizer = build_tokenizer(past_guesses=past_guesses)
     model = build_model(tokenizer, spec, seed)
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info("tiny model (%s scale): %d parameters, vocabulary %d", scale, n_params, len(tokenizer))
+    logger.info("tiny model (%s scale): vocabulary %d", scale, len(tokenizer))
 
     # One pass over fresh rows: data is cheap here, compute is not.
     rows = game_rows(spec.steps * spec.batch_size, rng, solver, train_secrets("sft"))
@@ -207,8 +206,8 @@ def build(
     point_past_guesses(model, word_ids, past_ids)  # SFT moved the answers' vectors
     if past_guess_heads:
         model = as_llama(model)
-        n_params = sum(p.numel() for p in model.parameters())  # the added heads, and o's zero biases
-    logger.info("trained %d steps, mean loss %.3f", steps, loss)
+    n_params = sum(p.numel() for p in model.parameters())  # the saved model's: the added heads, o's zero biases
+    logger.info("trained %d steps, mean loss %.3f; %d parameters", steps, loss, n_params)
     if clock.stopped_early:
         logger.warning("training stopped early: the build's %.0f s budget ran out", spec.max_seconds)
     train_seconds = time.monotonic() - started
@@ -300,11 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(
             f"--past_guess_copies {args.past_guess_copies} needs the past-guess tokens: drop --no_past_guesses"
         )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.past_guess_heads is not None and args.past_guess_heads < 0:
         parser.error(f"--past_guess_heads must be 0 or more, got {args.past_guess_heads}")
     if not args.past_guesses and args.past_guess_heads:
         parser.error(f"--past_guess_heads {args.past_guess_heads} needs the past-guess tokens: drop --no_past_guesses")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = build(
         args.out,
         args.scale,

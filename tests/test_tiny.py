@@ -397,7 +397,7 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     assert not info["stopped_early"]
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
-    # Recipe 11 is a Llama: the past-guess heads make the attention wider than the hidden size.
+    # Recipe 10 is a Llama: the past-guess heads make the attention wider than the hidden size.
     assert isinstance(model, LlamaForCausalLM) and model.config.model_type == "llama"
     assert model.config.num_attention_heads == ci.num_heads + ci.past_guess_heads
     assert model.config.head_dim == ci.hidden_size // ci.num_heads

@@ -263,7 +263,9 @@ def _past_guess_flags(past_guesses: int) -> list[str]:
 
 def _past_guess_heads_flags(past_guesses: int, past_guess_heads: int, spec: Scale) -> list[str]:
     """The CLI flag that builds ``past_guess_heads`` (none for the scale's own, or without past-guess tokens)."""
-    return [f"--past_guess_heads={past_guess_heads}"] if past_guesses and past_guess_heads != spec.past_guess_heads else []
+    return (
+        [f"--past_guess_heads={past_guess_heads}"] if past_guesses and past_guess_heads != spec.past_guess_heads else []
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -69,10 +69,11 @@ def train(
     seed: int,
     clock: WallClock,
     scratch: str,
-    stop_after: int | None = None,
+    stop_after: int,
 ) -> tuple[int, float]:
     """Supervised training on the replies (see :class:`SoftTargetTrainer`) on a ``steps``-long schedule,
-    stopped after ``stop_after`` steps if given; returns the steps taken and the mean training loss."""
+    stopped after ``stop_after`` steps (``steps`` runs it to its end); returns the steps taken and the mean
+    training loss."""
     config = TrainingArguments(
         output_dir=scratch,
         max_steps=steps,
@@ -97,7 +98,7 @@ def train(
         args=config,
         train_dataset=encoded,
         data_collator=functools.partial(collate, pad_id=tokenizer.pad_token_id),
-        callbacks=[clock, *([StopAfter(stop_after)] if stop_after is not None else [])],
+        callbacks=[clock, StopAfter(stop_after)],
     )
     result = trainer.train()
     return trainer.state.global_step, result.training_loss

@@ -258,8 +258,9 @@ def set_past_guess_heads(
 ) -> None:
     """Point the ``channel`` heads of layer 0 at the past-guess tokens: at ``<guess>`` they weight the prompt's
     ``⟦W⟧`` tokens over five times any other token (but the least-squares directions are faint: 21% of their
-    attention on three past answers in a full-scale build; research log, e62). Query and key sit in each head's slowest rotary pair, whose rotation over
-    the 512-token context stays under 0.1 radian, so the score does not depend on position."""
+    attention on three past answers in a full-scale build; research log, e62). Query and key sit in each head's
+    slowest rotary pair, whose rotation over the 512-token context stays under 0.1 radian, so the score does not
+    depend on position."""
     key, key_bias, query = key_query_directions(model, tokenizer)
     attention = model.model.layers[0].self_attn
     head_dim = attention.head_dim
@@ -284,9 +285,9 @@ def add_past_guess_heads(
     In layer 0 every other head averages the whole prompt, so a past guess's ``⟦W⟧`` ("not W") is one token of
     some 100 late in a game: a stronger row does nothing (the input RMSNorm divides it out) and a second copy
     takes its share from every letter constraint (e50, e51). The channel is meant to average the ``⟦W⟧`` tokens
-    alone, as strong at turn 6 as at turn 2 (it does so only faintly: :func:`set_past_guess_heads`). Its values are layer 0's own and its output ``strength`` times layer 0's.
-    The attention is then wider than the hidden size (head_dim kept), which vLLM's Qwen2 cannot load: save it
-    with :func:`as_llama`.
+    alone, as strong at turn 6 as at turn 2 (it does so only faintly: :func:`set_past_guess_heads`). Its values are
+    layer 0's own and its output ``strength`` times layer 0's. The attention is then wider than the hidden size
+    (head_dim kept), which vLLM's Qwen2 cannot load: save it with :func:`as_llama`.
     """
     old = model.model.layers[0].self_attn
     values, value_bias, out = old.v_proj.weight.clone(), old.v_proj.bias.clone(), strength * old.o_proj.weight

@@ -171,6 +171,37 @@ def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply(
     assert all(PAST.convert_tokens_to_ids(t) == i for t, i in TOKENIZER.get_vocab().items())
 
 
+UNSPELLED = build_tokenizer(past_guesses=True, spelled=False)  # recipe 11's: a past guess's letters not spelled
+# (history line, its tokens up to the first marked letter, how it decodes): an answer's spelling gives way to its
+# token, which decodes to the word; another allowed word's spelling is dropped; text that is no feedback line stays.
+UNSPELLED_CASES = [
+    ("CRANE: C(-) R(✓) A(~) N(-) E(-)", ["⟦CRANE⟧", ": ", "C(-)₁"], "CRANE: C(-) R(✓) A(~) N(-) E(-)"),
+    ("SOARE: S(-) O(~) A(✓) R(-) E(-)", [": ", "S(-)₁"], ": S(-) O(~) A(✓) R(-) E(-)"),
+    ("XCRANE: C(-)", [*"XCRANE", ": ", "C(-)"], "XCRANE: C(-)"),
+    ("CRANE, C(-)", [*"CRANE", ",", " C(-)"], "CRANE, C(-)"),
+    ("crane: c(-)", [*"crane", ": ", "c"], "crane: c(-)"),
+]
+
+
+@pytest.mark.parametrize(("text", "start", "decoded"), UNSPELLED_CASES)
+def test_unspelled_past_guesses_keep_their_token_and_marked_letters(text, start, decoded):
+    ids = UNSPELLED(text, add_special_tokens=False)["input_ids"]
+    assert UNSPELLED.convert_ids_to_tokens(ids)[: len(start)] == start
+    assert UNSPELLED.decode(ids) == decoded
+
+
+def test_unspelled_prompts_are_five_tokens_a_guess_shorter_with_the_same_vocabulary():
+    history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "CRANE"])
+    spelled, unspelled = (t.tokenize(user_message(history)) for t in (PAST, UNSPELLED))
+    assert len(spelled) - len(unspelled) == 5 * len(history)
+    assert [t for t in unspelled if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
+    assert [t for t in unspelled if "(" in t] == [t for t in spelled if "(" in t]  # every marked letter kept
+    assert UNSPELLED.get_vocab() == PAST.get_vocab()
+    assert round_trips(UNSPELLED, reply_text(history, "ROBIN"))  # replies are untouched
+    with pytest.raises(ValueError, match="past-guess tokens"):
+        build_tokenizer(spelled=False)
+
+
 @settings(max_examples=100, deadline=None)
 @given(HISTORIES, VOCAB_TEXT)
 def test_column_tagged_prompts_round_trip(history, text):

@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 #    e55, e56, e58). ``--past_guess_heads 0`` builds recipe 9.
 RECIPE_VERSION = 10
 PAST_GUESS_RECIPE = 9
+UNSPELLED_RECIPE = 11
 PLAIN_RECIPE = 7
 # The past-guess heads' output, times layer 0's: e55's graft on recipe 9 kept its wins at 0.01 and traded
 # them for fewer repeats above it (validation, 202 games: 58.4% won at 0.01, 56.4% at 0.03).
@@ -154,6 +155,7 @@ def build(
     seed: int = 0,
     past_guesses: int = 1,
     past_guess_heads: int | None = None,
+    spelled: bool = True,
 ) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
@@ -175,7 +177,7 @@ def build(
     solver = Solver()
     rng = random.Random(seed)
 
-    tokenizer = build_tokenizer(past_guesses=past_guesses)
+    tokenizer = build_tokenizer(past_guesses=past_guesses, spelled=spelled)
     model = build_model(tokenizer, spec, seed)
     logger.info("tiny model (%s scale): vocabulary %d", scale, len(tokenizer))
 
@@ -224,7 +226,7 @@ def build(
     model.save_pretrained(out_dir)
     save_tokenizer(tokenizer, out_dir)
     info = {
-        "recipe_version": RECIPE_VERSION if past_guess_heads else PAST_GUESS_RECIPE if past_guesses else PLAIN_RECIPE,
+        "recipe_version": UNSPELLED_RECIPE if not spelled else RECIPE_VERSION if past_guess_heads else PAST_GUESS_RECIPE if past_guesses else PLAIN_RECIPE,
         "scale": scale,
         "seed": seed,
         "parameters": n_params,
@@ -249,6 +251,7 @@ def build(
                 f"--seed={seed}",
                 *_past_guess_flags(past_guesses),
                 *_past_guess_heads_flags(past_guesses, past_guess_heads, spec),
+                *([] if spelled else ["--no_spelled"]),
             ]
         ),
     }
@@ -292,6 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="heads of their own for the past-guess tokens (default: the scale's; 0 builds recipe 9)",
     )
+    parser.add_argument(
+        "--no_spelled",
+        dest="spelled",
+        action="store_false",
+        help="drop a past guess's spelled letters from the prompt (recipe 11)",
+    )
     args = parser.parse_args(argv)
     if args.past_guess_copies < 1:
         parser.error(
@@ -312,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seed,
         args.past_guess_copies if args.past_guesses else 0,
         args.past_guess_heads,
+        args.spelled,
     )
     info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))
     print(json.dumps(info, indent=2))

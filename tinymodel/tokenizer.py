@@ -62,6 +62,11 @@ WORD_SET = frozenset(WORDS)
 # in four came in such end games. The token's row can say it (tinymodel.bag.point_past_guesses): it halves
 # the start's repeats on the validation secrets.
 PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
+# Recipe 11: a past guess's spelled letters, dropped from the prompt (its marked letters spell it again).
+# Why: layer 0's guess is a mean over the prompt's tokens, so five tokens a line that add nothing the marked
+# letters do not say dilute every constraint; late in a game they are a third of the prompt. Dropped on
+# recipe 10 with no training at all, validation repeats fell from 9.0% to 2.9% (docs/research-log.md, e64).
+UNSPELLED = "(?<![A-Z])[A-Z]{5}(?=: )"
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
 # R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
@@ -128,7 +133,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True, past_guesses: int = 0) -> PreTrainedTokenizerFast:
+def build_tokenizer(column_tags: bool = True, past_guesses: int = 0, spelled: bool = True) -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
@@ -139,7 +144,11 @@ def build_tokenizer(column_tags: bool = True, past_guesses: int = 0) -> PreTrain
     writes that many tokens after each past guess that is an answer (see ``PAST_GUESSES``): 1 (or True) is
     recipes 9's and 10's (the shipped one; ``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
     variant (docs/research-log.md, e51). New tokens come last, so the ids of the older ones do not move.
+    ``spelled=False`` (recipe 11) drops a past guess's spelled letters from the prompt, keeping its marked
+    letters (which spell it again, each with its mark and column) and its past-guess token: see ``UNSPELLED``.
     """
+    if not spelled and not past_guesses:
+        raise ValueError("spelled=False needs the past-guess tokens: without them a past answer leaves no trace")
     tagged = TAGGED_LETTERS if column_tags else ()
     marked = PAST_GUESSES if past_guesses else ()
     vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *marked))}
@@ -155,7 +164,9 @@ def build_tokenizer(column_tags: bool = True, past_guesses: int = 0) -> PreTrain
     # The normalizers add what the decoder removes again, so prompts still decode to themselves.
     # (One normalizer alone is set as it is, so recipe 7's tokenizer.json stays as it was.)
     rules = [(f"[{COLUMN_TAGS}]", _column_tagger)] if column_tags else []
-    rules += [("⟦[A-Z]{5}⟧", functools.partial(_past_guess_marker, int(past_guesses)))] if past_guesses else []
+    # Decoded, an unspelled past answer reads as its word again (a past guess that is no answer stays dropped).
+    past_text = "⟦[A-Z]{5}⟧" if spelled else "[⟦⟧]"
+    rules += [(past_text, functools.partial(_past_guess_marker, int(past_guesses), spelled))] if past_guesses else []
     if rules:
         normalizer = [make() for _, make in rules]
         backend.normalizer = normalizer[0] if len(normalizer) == 1 else normalizers.Sequence(normalizer)
@@ -196,13 +207,16 @@ def _column_tagger() -> normalizers.Normalizer:
     return normalizers.Sequence(rules)
 
 
-def _past_guess_marker(copies: int) -> normalizers.Normalizer:
+def _past_guess_marker(copies: int, spelled: bool = True) -> normalizers.Normalizer:
     """Puts ``copies`` tokens ``⟦W⟧`` after every answer W spelled at the start of a feedback line (one:
     ``"ABODE: "`` becomes ``"ABODE⟦ABODE⟧: "``). One rule per answer, since a normalizer's replacement is
-    literal text: 0.5 ms a prompt, measured."""
-    return normalizers.Sequence(
-        [normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), word + f"⟦{word}⟧" * copies) for word in WORDS]
-    )
+    literal text: 0.5 ms a prompt, measured. Unspelled, the token replaces the word (``"⟦ABODE⟧: "``) and a
+    last rule drops the spelling of a past guess that is no answer (``"SOARE: "`` becomes ``": "``)."""
+    rules = [
+        normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), word * spelled + f"⟦{word}⟧" * copies) for word in WORDS
+    ]
+    unspell = [] if spelled else [normalizers.Replace(Regex(UNSPELLED), "")]
+    return normalizers.Sequence(rules + unspell)
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:

@@ -446,9 +446,10 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
 
 def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
     info = json.loads((ci_model / "build_info.json").read_text())
-    assert info["recipe_version"] == RECIPE_VERSION == 10 and info["vocab_size"] == len(PAST)
+    assert info["recipe_version"] == RECIPE_VERSION == 12 and info["vocab_size"] == len(PAST)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(ci_model), AutoTokenizer.from_pretrained(ci_model)
-    assert tokenizer.tokenize("CRANE: C(-)")[5] == "⟦CRANE⟧"
+    # Recipe 12 plays unspelled: the saved tokenizer gives a past answer its token in place of its letters.
+    assert tokenizer.tokenize("CRANE: C(-)")[:2] == ["⟦CRANE⟧", ": "]
     # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
     rows = model.get_input_embeddings().weight.detach()
     answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
@@ -496,6 +497,18 @@ def test_no_past_guesses_builds_recipe_7(tmp_path):
 def test_past_guess_heads_without_past_guess_tokens_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="2 past-guess heads need the past-guess tokens"):
         build(tmp_path / "x", scale="ci", past_guesses=0, past_guess_heads=2)
+    assert not (tmp_path / "x").exists()
+
+
+def test_spelled_builds_recipe_10_with_the_same_weights_and_a_spelling_tokenizer(ci_model, tmp_path):
+    out = build(tmp_path / "r10", scale="ci", seed=0, unspelled=False)
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["recipe_version"] == 10 and info["command"].endswith("--spelled")
+    assert AutoTokenizer.from_pretrained(out).tokenize("CRANE: C(-)")[:6] == [*"CRANE", "⟦CRANE⟧"]
+    # SFT reads spelled prompts in both: recipe 12 differs in the tokenizer it saves, not in its weights.
+    assert (out / "model.safetensors").read_bytes() == (ci_model / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="need the past-guess heads"):
+        build(tmp_path / "x", scale="ci", past_guess_heads=0, unspelled=True)
     assert not (tmp_path / "x").exists()
 
 

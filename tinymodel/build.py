@@ -49,9 +49,13 @@ logger = logging.getLogger(__name__)
 #    672 of its 900 steps; saved as a Llama, whose head width vLLM honours. Validation after the main job's
 #    GRPO: 82.2% won, 17.9% inconsistent, 5.3% repeats (recipe 9: 75.7%, 21.0%, 7.2%; docs/research-log.md,
 #    e55, e56, e58). ``--past_guess_heads 0`` builds recipe 9.
-RECIPE_VERSION = 10
+# 11: (not shipped) recipe 10 and the think's letters tagged with their column (docs/research-log.md, e58).
+# 12: recipe 10's build, saved with a tokenizer that drops a past guess's spelled letters at play (SFT still reads
+#    them; tinymodel.tokenizer.UNSPELLED). Validation after the main job's GRPO: 84.2% won, 17.2% inconsistent,
+#    2.0% repeats (docs/research-log.md, e64). ``--spelled`` builds recipe 10.
+RECIPE_VERSION = 12
+SPELLED_RECIPE = 10
 PAST_GUESS_RECIPE = 9
-UNSPELLED_RECIPE = 11
 PLAIN_RECIPE = 7
 # The past-guess heads' output, times layer 0's: e55's graft on recipe 9 kept its wins at 0.01 and traded
 # them for fewer repeats above it (validation, 202 games: 58.4% won at 0.01, 56.4% at 0.03).
@@ -155,15 +159,17 @@ def build(
     seed: int = 0,
     past_guesses: int = 1,
     past_guess_heads: int | None = None,
-    spelled: bool = True,
+    unspelled: bool | None = None,
 ) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
     Every training row comes from game states of ``wordle.train_secrets("sft")``; the scores in
     build_info.json are measured on game states of the held-out ``eval_secrets()``. ``past_guesses`` is how
-    many past-guess tokens follow a past answer guess: 0 builds recipe 7 instead of the shipped recipe 10
+    many past-guess tokens follow a past answer guess: 0 builds recipe 7 instead of the shipped recipe 12
     (byte for byte: research log, e47), 2 the variant of e51. ``past_guess_heads`` is how many heads of their
-    own the past-guess tokens get (the scale's by default); 0 builds recipe 9.
+    own the past-guess tokens get (the scale's by default); 0 builds recipe 9. ``unspelled`` (the default with
+    those heads) saves the tokenizer that drops a past guess's spelled letters, after an SFT that read them:
+    recipe 12; False builds recipe 10.
     """
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
@@ -172,12 +178,16 @@ def build(
         past_guess_heads = spec.past_guess_heads if past_guesses else 0
     if past_guess_heads and not past_guesses:
         raise ValueError(f"{past_guess_heads} past-guess heads need the past-guess tokens (past_guesses=0)")
+    if unspelled is None:
+        unspelled = bool(past_guess_heads)
+    if unspelled and not past_guess_heads:
+        raise ValueError("unspelled prompts are recipe 12, recipe 10's build: they need the past-guess heads")
     out_dir = Path(out_dir)
     started = time.monotonic()
     solver = Solver()
     rng = random.Random(seed)
 
-    tokenizer = build_tokenizer(past_guesses=past_guesses, spelled=spelled)
+    tokenizer = build_tokenizer(past_guesses=past_guesses)
     model = build_model(tokenizer, spec, seed)
     logger.info("tiny model (%s scale): vocabulary %d", scale, len(tokenizer))
 
@@ -208,6 +218,13 @@ def build(
     point_past_guesses(model, word_ids, past_ids)  # SFT moved the answers' vectors
     if past_guess_heads:
         model = as_llama(model)
+    if unspelled:
+        # Recipe 12: SFT read every past guess spelled, and the model plays without the spelling. Layer 0's guess
+        # is a mean over the prompt, and dropping five tokens a past guess that the marked letters say again gives
+        # each constraint a larger share than SFT ever saw. Validation, after the main job's GRPO (seeds 0, 1):
+        # 84.2%, 85.1% won, 2.0%, 2.3% repeats (recipe 10: 82.2%, 76.7%; 5.3%, 7.1%); an SFT that read unspelled
+        # prompts too ended at 71.3%, 73.8% (docs/research-log.md, e64). The vocabulary is the same.
+        tokenizer = build_tokenizer(past_guesses=past_guesses, spelled=False)
     n_params = sum(p.numel() for p in model.parameters())  # the saved model's: the added heads, o's zero biases
     logger.info("trained %d steps, mean loss %.3f; %d parameters", steps, loss, n_params)
     if clock.stopped_early:
@@ -226,7 +243,7 @@ def build(
     model.save_pretrained(out_dir)
     save_tokenizer(tokenizer, out_dir)
     info = {
-        "recipe_version": UNSPELLED_RECIPE if not spelled else RECIPE_VERSION if past_guess_heads else PAST_GUESS_RECIPE if past_guesses else PLAIN_RECIPE,
+        "recipe_version": _recipe(past_guesses, past_guess_heads, unspelled),
         "scale": scale,
         "seed": seed,
         "parameters": n_params,
@@ -251,12 +268,19 @@ def build(
                 f"--seed={seed}",
                 *_past_guess_flags(past_guesses),
                 *_past_guess_heads_flags(past_guesses, past_guess_heads, spec),
-                *([] if spelled else ["--no_spelled"]),
+                *(["--spelled"] if past_guess_heads and not unspelled else []),
             ]
         ),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
+
+
+def _recipe(past_guesses: int, past_guess_heads: int, unspelled: bool) -> int:
+    """The recipe number build_info.json records for these build options."""
+    if past_guess_heads:
+        return RECIPE_VERSION if unspelled else SPELLED_RECIPE
+    return PAST_GUESS_RECIPE if past_guesses else PLAIN_RECIPE
 
 
 def _past_guess_flags(past_guesses: int) -> list[str]:
@@ -296,10 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="heads of their own for the past-guess tokens (default: the scale's; 0 builds recipe 9)",
     )
     parser.add_argument(
-        "--no_spelled",
-        dest="spelled",
+        "--spelled",
+        dest="unspelled",
         action="store_false",
-        help="drop a past guess's spelled letters from the prompt (recipe 11)",
+        default=None,
+        help="play with a past guess's letters spelled, as SFT reads them (recipe 10; by default they are dropped: 12)",
     )
     args = parser.parse_args(argv)
     if args.past_guess_copies < 1:
@@ -321,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seed,
         args.past_guess_copies if args.past_guesses else 0,
         args.past_guess_heads,
-        args.spelled,
+        args.unspelled,
     )
     info = json.loads((out / "build_info.json").read_text(encoding="utf-8"))
     print(json.dumps(info, indent=2))

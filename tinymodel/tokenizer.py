@@ -62,10 +62,10 @@ WORD_SET = frozenset(WORDS)
 # in four came in such end games. The token's row can say it (tinymodel.bag.point_past_guesses): it halves
 # the start's repeats on the validation secrets.
 PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
-# Recipe 11: a past guess's spelled letters, dropped from the prompt (its marked letters spell it again).
-# Why: layer 0's guess is a mean over the prompt's tokens, so five tokens a line that add nothing the marked
-# letters do not say dilute every constraint; late in a game they are a third of the prompt. Dropped on
-# recipe 10 with no training at all, validation repeats fell from 9.0% to 2.9% (docs/research-log.md, e64).
+# Recipe 12 (shipped): a past guess's spelled letters, dropped from the prompt at play (its marked letters spell
+# it again). Why: layer 0's guess is a mean over the prompt's tokens, and five tokens a line that say nothing the
+# marked letters do not dilute every constraint; late in a game they are a third of the prompt. Dropped from
+# recipe 10's prompts with no training at all, validation repeats fell from 9.0% to 2.9% (docs/research-log.md, e64).
 UNSPELLED = "(?<![A-Z])[A-Z]{5}(?=: )"
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
@@ -144,7 +144,7 @@ def build_tokenizer(column_tags: bool = True, past_guesses: int = 0, spelled: bo
     writes that many tokens after each past guess that is an answer (see ``PAST_GUESSES``): 1 (or True) is
     recipes 9's and 10's (the shipped one; ``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
     variant (docs/research-log.md, e51). New tokens come last, so the ids of the older ones do not move.
-    ``spelled=False`` (recipe 11) drops a past guess's spelled letters from the prompt, keeping its marked
+    ``spelled=False`` (recipe 12's saved tokenizer) drops a past guess's spelled letters from the prompt, keeping its marked
     letters (which spell it again, each with its mark and column) and its past-guess token: see ``UNSPELLED``.
     """
     if not spelled and not past_guesses:

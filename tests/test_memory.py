@@ -170,7 +170,7 @@ def test_dry_run_prints_the_estimate_for_the_embedded_model(capsys):
     assert grpo_train.main(["--profile", "cpu", "--dry-run"]) in (0, None)
     out = capsys.readouterr().out
     assert "memory_estimate:" in out
-    assert "70 prompt + 16 completion tokens, micro-batch 8" in out  # five past guesses, some of them answers (⟦W⟧)
+    assert "45 prompt + 16 completion tokens, micro-batch 8" in out  # five past guesses, unspelled (recipe 12)
     assert "limit_is: system RAM" in out
 
 

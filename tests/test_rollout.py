@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
 import grpo_train
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
 from training.config import ConfigError, resolve
+from training.data import make_row
 from training.rollout import SLOTS, GameRollout, lone_turn_share
 from training.summary import summary
 from training.trainer import drop_placeholders, trim_padding
@@ -176,7 +178,7 @@ def game_logs(trainer_or_history) -> list[dict]:
     return [{k: v for k, v in h.items() if k.startswith("game/")} for h in history if "game/win_rate" in h]
 
 
-def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_path):
+def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_path, monkeypatch):
     full = train(tmp_path / "full", "--max_steps", "3", "--game_eval_steps", "3", "--game_eval_games", "4")
     logs = game_logs(full)
     assert len(logs) == 3
@@ -188,10 +190,27 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
     assert all(0 <= h["heldout/win_rate"] <= 1 and 0 <= h["val/invalid_rate"] <= 1 for h in checks)
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in full.model.named_parameters())  # it learnt
 
-    # Stop after step 2 (a checkpoint), resume to 3: step 3 plays the same games as the run straight through.
-    train(tmp_path / "cut", "--max_steps", "2")
+    # Killed after step 2's checkpoint, resumed to 3: step 3 plays the same games as the run straight through.
+    # The cut run keeps max_steps 3, as a killed one does: a shorter run has a shorter rate schedule, so its
+    # second step would already train differently.
+    class Kill(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 2
+
+    def killed_after_step_2(*args):
+        trainer = make_trainer(*args)
+        trainer.add_callback(Kill())
+        return trainer
+
+    make_trainer = grpo_train.make_trainer
+    with monkeypatch.context() as patch:
+        patch.setattr(grpo_train, "make_trainer", killed_after_step_2)
+        killed = train(tmp_path / "cut", "--max_steps", "3")
+    assert killed.state.global_step == 2 and (tmp_path / "cut" / "checkpoint-2").is_dir()
     resumed = train(tmp_path / "cut", "--max_steps", "3", "--resume", "true")
     assert game_logs(resumed)[-1] == logs[-1]
+    adapter = "adapter_model.safetensors"
+    assert (tmp_path / "cut" / adapter).read_bytes() == (tmp_path / "full" / adapter).read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -200,11 +219,11 @@ def scored(tmp_path_factory):
     with a KL anchor so that scoring runs the reference pass (the cpu profile's beta 0 skips it)."""
     trainer = train(tmp_path_factory.mktemp("scored") / "out", "--max_steps", "1", "--beta", "0.04")
     trainer.model.train()
-    batch = [
-        {"prompt": row["prompt"], "secret": row["secret"], "past_guess_history": []}
-        for row in trainer.train_dataset.select(range(2))
-        for _ in range(SLOTS * 4)
-    ]
+    # A game that starts with one guess left has one live turn and five placeholders, whatever is played: its
+    # first micro-batch (slots 1-2) mixes both, and the next two are placeholders alone.
+    last_turn = ["SLATE", "BRINE", "TRACE", "GRACE", "BRAKE"]
+    starts = [make_row(s, history_for(s, g)) for s, g in (("CRANE", last_turn), ("PLUMB", ["SOARE"]))]
+    batch = [row for row in starts for _ in range(SLOTS * 4)]
     return trainer, trainer._generate_and_score_completions(batch)
 
 
@@ -230,9 +249,11 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
     width, size = out["completion_ids"].size(1), trainer.args.per_device_train_batch_size
     live = (out["completion_mask"] * out["tool_mask"]).any(1)
     tokens = out["completion_mask"].bool() & live[:, None]
-    # The rollout told the scoring pass which rows are placeholders: the reference log-probs are 0 there.
+    # The rollout told the scoring pass which rows are placeholders: beside live rows the reference log-probs are
+    # 0 there (a micro-batch of placeholders alone is scored whole, as the loss takes it whole; all masked out).
     assert trainer.rollout_live is None  # and only for that pass
-    assert not out["ref_per_token_logps"][~live].any() and out["ref_per_token_logps"][tokens].any()
+    beside_live = live.view(-1, size).any(1).repeat_interleave(size)
+    assert not out["ref_per_token_logps"][~live & beside_live].any() and out["ref_per_token_logps"][tokens].any()
     with torch.no_grad():
         trainer.rollout_live = live.tolist()
         try:
@@ -242,7 +263,7 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
         padded, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, width, size)
         # The same log-probs as TRL's padded pass over every row, up to float rounding ...
         assert torch.allclose(scored_logps[tokens], padded[tokens], atol=1e-4)
-        assert not scored_logps[~live].any()
+        assert not scored_logps[~live & beside_live].any()
         # ... and bit for bit those of the loss's micro-batches, so the KL term compares like with like.
         mixed = 0
         for k, micro in enumerate(split_tensor_dict(out, trainer.args.steps_per_generation)):

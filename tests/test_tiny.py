@@ -574,10 +574,12 @@ def test_saved_tokenizer_loads_as_itself_not_qwen2(ci_model):
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
     assert not isinstance(tokenizer, Qwen2Tokenizer)
     assert type(tokenizer).__name__ == "TokenizersBackend"
-    texts = [user_message(history_for("ROBIN", ["SOARE", "CRANE"])), "<think>.R..E -SO</think><guess>CRANE</guess>"]
+    # Recipe 12's saved tokenizer is the unspelled one: a past answer decodes to its word (the opener's spelling,
+    # no answer, is dropped, so a prompt of answers alone round-trips).
+    texts = [user_message(history_for("ROBIN", ["CRANE", "PANEL"])), "<think>.R..E -SO</think><guess>CRANE</guess>"]
     for text in texts:
         assert round_trips(tokenizer, text)
-        assert tokenizer(text)["input_ids"] == PAST(text)["input_ids"]  # the past-guess token survives saving
+        assert tokenizer(text)["input_ids"] == UNSPELLED(text)["input_ids"]  # the normalizer survives saving
     assert tokenizer.chat_template == CHAT_TEMPLATE
     assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == ("<|end|>", "<|pad|>", "<|unk|>")
 
@@ -587,7 +589,7 @@ def test_saved_tokenizer_loads_with_trust_remote_code(ci_model, tmp_path):
     script = (
         "import sys; from transformers import AutoTokenizer\n"
         "t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
-        "text = 'SOARE: S(✓) O(~) A(-)\\n<think>.R..E</think><guess>CRANE</guess>'\n"
+        "text = 'CRANE: C(✓) R(~) A(-)\\n<think>.R..E</think><guess>CRANE</guess>'\n"
         "print(type(t).__name__, t.decode(t(text)['input_ids']) == text)\n"
     )
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path)}

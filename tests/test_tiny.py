@@ -171,7 +171,7 @@ def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply(
     assert all(PAST.convert_tokens_to_ids(t) == i for t, i in TOKENIZER.get_vocab().items())
 
 
-UNSPELLED = build_tokenizer(past_guesses=True, spelled=False)  # recipe 11's: a past guess's letters not spelled
+UNSPELLED = build_tokenizer(past_guesses=True, spelled=False)  # recipe 12's: a past guess's letters not spelled
 # (history line, its tokens up to the first marked letter, how it decodes): an answer's spelling gives way to its
 # token, which decodes to the word; another allowed word's spelling is dropped; text that is no feedback line stays.
 UNSPELLED_CASES = [
@@ -638,6 +638,8 @@ def test_shipped_model_is_small_and_built_from_training_secrets_only():
     assert info["train_secrets"] == 'wordle.train_secrets("sft")'
     assert info["eval_secrets"] == "wordle.eval_secrets()"
     assert info["eval"]["games"] == 300 and not info["stopped_early"]
+    text = user_message(history_for("ROBIN", ["SOARE", "CRANE"]))  # recipe 12 plays unspelled
+    assert AutoTokenizer.from_pretrained(MODEL_DIR)(text)["input_ids"] == UNSPELLED(text)["input_ids"]
 
 
 def test_shipped_model_plays_real_games_on_held_out_secrets():

@@ -222,8 +222,9 @@ def build(
         # Recipe 12: SFT read every past guess spelled, and the model plays without the spelling. Layer 0's guess
         # is a mean over the prompt, and dropping five tokens a past guess that the marked letters say again gives
         # each constraint a larger share than SFT ever saw. Validation, after the main job's GRPO (seeds 0, 1):
-        # 84.2%, 85.1% won, 2.0%, 2.3% repeats (recipe 10: 82.2%, 76.7%; 5.3%, 7.1%); an SFT that read unspelled
-        # prompts too ended at 71.3%, 73.8% (docs/research-log.md, e64). The vocabulary is the same.
+        # 84.2%, 85.1% won, 2.0%, 2.3% repeats (recipe 10: 82.2%, 76.7%; 5.3%, 7.1%); on a second build the repeats
+        # halve too but wins do not rise; an SFT that read unspelled prompts too ended at 71.3%, 73.8%
+        # (docs/research-log.md, e64). The vocabulary is the same.
         tokenizer = build_tokenizer(past_guesses=past_guesses, spelled=False)
     n_params = sum(p.numel() for p in model.parameters())  # the saved model's: the added heads, o's zero biases
     logger.info("trained %d steps, mean loss %.3f; %d parameters", steps, loss, n_params)

@@ -142,10 +142,11 @@ def build_tokenizer(column_tags: bool = True, past_guesses: int = 0, spelled: bo
     ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
     ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
     writes that many tokens after each past guess that is an answer (see ``PAST_GUESSES``): 1 (or True) is
-    recipes 9's and 10's (the shipped one; ``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
+    recipes 9's, 10's and 12's (the shipped one; ``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
     variant (docs/research-log.md, e51). New tokens come last, so the ids of the older ones do not move.
-    ``spelled=False`` (recipe 12's saved tokenizer) drops a past guess's spelled letters from the prompt, keeping its marked
-    letters (which spell it again, each with its mark and column) and its past-guess token: see ``UNSPELLED``.
+    ``spelled=False`` (recipe 12's saved tokenizer) drops a past guess's spelled letters from the prompt, keeping
+    its marked letters (which spell it again, each with its mark and column) and its past-guess token: see
+    ``UNSPELLED``.
     """
     if not spelled and not past_guesses:
         raise ValueError("spelled=False needs the past-guess tokens: without them a past answer leaves no trace")
@@ -161,7 +162,7 @@ def build_tokenizer(column_tags: bool = True, past_guesses: int = 0, spelled: bo
     pieces = f"{words}|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
-    # The normalizers add what the decoder removes again, so prompts still decode to themselves.
+    # The normalizers add what the decoder removes again, so prompts still decode to themselves (unspelled: below).
     # (One normalizer alone is set as it is, so recipe 7's tokenizer.json stays as it was.)
     rules = [(f"[{COLUMN_TAGS}]", _column_tagger)] if column_tags else []
     # Decoded, an unspelled past answer reads as its word again (a past guess that is no answer stays dropped).
@@ -213,7 +214,8 @@ def _past_guess_marker(copies: int, spelled: bool = True) -> normalizers.Normali
     literal text: 0.5 ms a prompt, measured. Unspelled, the token replaces the word (``"⟦ABODE⟧: "``) and a
     last rule drops the spelling of a past guess that is no answer (``"SOARE: "`` becomes ``": "``)."""
     rules = [
-        normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), word * spelled + f"⟦{word}⟧" * copies) for word in WORDS
+        normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), (word if spelled else "") + f"⟦{word}⟧" * copies)
+        for word in WORDS
     ]
     unspell = [] if spelled else [normalizers.Replace(Regex(UNSPELLED), "")]
     return normalizers.Sequence(rules + unspell)

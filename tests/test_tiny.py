@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -562,6 +563,15 @@ def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, mon
     info = json.loads((out / "build_info.json").read_text())
     assert info["eval"]["games"] == len(seen["eval"]) == SCALES["ci"].eval_games
     assert 0 <= info["eval"]["win_rate"] <= 1
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2 kernels are x86's")
+def test_the_build_command_pins_the_cpu_kernels(tmp_path):
+    # AVX-512 kernels gave recipe 12 other weights; python -m tinymodel sets AVX2's before torch loads.
+    env = {k: v for k, v in os.environ.items() if k not in tinymodel.BUILD_KERNELS}
+    command = [sys.executable, "-m", "tinymodel", "--scale", "ci", "--out", str(tmp_path / "ci")]
+    subprocess.run(command, check=True, env=env, capture_output=True)
+    assert json.loads((tmp_path / "ci" / "build_info.json").read_text())["cpu_kernels"] == "AVX2"
 
 
 def test_ci_build_is_deterministic_in_its_seed(ci_model, tmp_path):

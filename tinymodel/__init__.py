@@ -31,6 +31,11 @@ from __future__ import annotations
 from pathlib import Path
 
 MODEL_DIR = Path(__file__).resolve().parent / "model"
+# The CPU kernels a build runs on, set by ``python -m tinymodel`` before torch loads (a variable already set wins).
+# Why: SFT's 672 steps turn the float differences between kernels into other weights. Built with AVX-512 kernels
+# (torch's choice on an AVX-512 CPU) recipe 12 gave other weights that play worse; pinned to AVX2 the same machine
+# rebuilt the shipped weights byte for byte (docs/research-log.md, e64).
+BUILD_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 BUILD_COMMAND = "python -m tinymodel"  # writes MODEL_DIR by default
 # The files that make a loadable model directory.
 MODEL_FILES = (

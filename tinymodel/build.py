@@ -182,6 +182,12 @@ def build(
         unspelled = bool(past_guess_heads)
     if unspelled and not past_guess_heads:
         raise ValueError("unspelled prompts are recipe 12, recipe 10's build: they need the past-guess heads")
+    kernels = torch.backends.cpu.get_cpu_capability()
+    if kernels.startswith("AVX512") and scale == "full":
+        # Only `python -m tinymodel` pins the kernels (tinymodel.BUILD_KERNELS): here torch has loaded already.
+        logger.warning(
+            "%s kernels: the weights will differ from the shipped ones (python -m tinymodel pins AVX2)", kernels
+        )
     out_dir = Path(out_dir)
     started = time.monotonic()
     solver = Solver()
@@ -261,6 +267,7 @@ def build(
         "build_seconds": round(time.monotonic() - started, 1),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "cpu_kernels": kernels,
         "command": "python -m tinymodel "
         + shlex.join(
             [

@@ -7,8 +7,8 @@ No machine of ours can reach a model hub, so the project makes its own small mod
   `` O(✓)₂``), so every constraint a past guess sets is one token; a past answer also has a token of
   its own (``⟦CRANE⟧``), and the shipped tokenizer drops the past guess's spelled letters, which SFT
   still reads (recipe 12). A guess of an answer is one token, so the model chooses among words and
-  cannot misspell one. Its chat
-  template drops the system message and ends every turn with ``<|end|>``, the eos token.
+  cannot misspell one. Its chat template drops the system message and ends every turn with
+  ``<|end|>``, the eos token.
 - :mod:`tinymodel.bag`: the **wired start**. A softmax regression from the prompt's tokens to the
   guessed answer (the *guess bag*, fitted in about two minutes) is written into a fresh Qwen2's
   layer 0 as uniform attention, so before any training its top answer already fits every feedback

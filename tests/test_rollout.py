@@ -197,12 +197,13 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
         def on_step_end(self, args, state, control, **kwargs):
             control.should_training_stop = state.global_step == 2
 
+    make_trainer = grpo_train.make_trainer
+
     def killed_after_step_2(*args):
         trainer = make_trainer(*args)
         trainer.add_callback(Kill())
         return trainer
 
-    make_trainer = grpo_train.make_trainer
     with monkeypatch.context() as patch:
         patch.setattr(grpo_train, "make_trainer", killed_after_step_2)
         killed = train(tmp_path / "cut", "--max_steps", "3")

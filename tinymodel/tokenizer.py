@@ -208,7 +208,7 @@ def _column_tagger() -> normalizers.Normalizer:
     return normalizers.Sequence(rules)
 
 
-def _past_guess_marker(copies: int, spelled: bool = True) -> normalizers.Normalizer:
+def _past_guess_marker(copies: int, spelled: bool) -> normalizers.Normalizer:
     """Puts ``copies`` tokens ``⟦W⟧`` after every answer W spelled at the start of a feedback line (one:
     ``"ABODE: "`` becomes ``"ABODE⟦ABODE⟧: "``). One rule per answer, since a normalizer's replacement is
     literal text: 0.5 ms a prompt, measured. Unspelled, the token replaces the word (``"⟦ABODE⟧: "``) and a

@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from tinymodel.tokenizer import WORD_SET
-from wordle import Solver, allowed, candidates, render_prompt
+from wordle import Solver, allowed, answers, candidates, render_prompt
 from wordle.game import play_guesses
 
 
@@ -44,19 +44,25 @@ TURN_WEIGHTS = (0.08, 0.32, 0.30, 0.18, 0.08, 0.04)
 
 
 def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tuple[str, str]]:
-    """A history the model will meet: mostly its own kind of play (the solver's opener, then
-    still-possible answers), with solver and random-word guesses mixed in so that it also reads
-    states it would not have made. Stops before a guess that would win."""
+    """A history the model will meet, from any opening: the solver's opener (its own) in 40% of histories, a
+    random answer or a random allowed word in 30% each, so that it learns to read a feedback line in general
+    and not the 243 lines of one opener; then mostly still-possible answers (its own kind of play), with
+    solver, random-answer and random-word guesses mixed in so that it also reads states it would not have
+    made. Stops before a guess that would win."""
+
+    opener = solver.next_guess(())
 
     def choose(history: list[tuple[str, str]]) -> str:
         draw = rng.random()
         if not history:
-            return solver.next_guess(history) if draw < 0.8 else rng.choice(allowed())
-        if draw < 0.7:
+            if draw < 0.4:
+                return opener
+            return rng.choice(answers()) if draw < 0.7 else rng.choice(allowed())
+        if draw < 0.65:
             return rng.choice(candidates(history).words())
-        if draw < 0.85 and len(history) == 1:  # memoised; later solver choices cost milliseconds each
-            return solver.next_guess(history)
-        return rng.choice(allowed())
+        if draw < 0.75 and len(history) == 1 and history[0][0] == opener:
+            return solver.next_guess(history)  # memoised after its opener; elsewhere 30 ms a state
+        return rng.choice(answers()) if draw < 0.875 else rng.choice(allowed())
 
     return play_guesses(secret, rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0], choose)
 

@@ -7,7 +7,6 @@ single characters and the 2315 answers; its chat template drops the system messa
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from pathlib import Path
@@ -133,49 +132,31 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(column_tags: bool = True, past_guesses: int = 0, spelled: bool = True) -> PreTrainedTokenizerFast:
+def build_tokenizer() -> PreTrainedTokenizerFast:
     """The letter-level tokenizer, with the chat template and eos/pad/unk set.
 
     A word-level model over a fixed vocabulary: the pre-tokenizer cuts text into the longest piece
     of ``PIECES`` or else one character, and the decoder joins tokens back without separators, so
-    every string of vocabulary characters decodes to itself. Other characters become ``<|unk|>``.
-    ``column_tags`` adds the column-tagged marked letters (see ``COLUMN_TAGS``) after every other token;
-    ``column_tags=False`` is the untagged tokenizer of recipe 3, kept for comparisons. ``past_guesses``
-    writes that many tokens after each past guess that is an answer (see ``PAST_GUESSES``): 1 (or True) is
-    recipes 9's, 10's and 12's (the shipped one; ``tinymodel.build.build`` asks for it), 0 recipe 7's, 2 a tried
-    variant (docs/research-log.md, e51). New tokens come last, so the ids of the older ones do not move.
-    ``spelled=False`` (recipe 12's saved tokenizer) drops a past guess's spelled letters from the prompt, keeping
-    its marked letters (which spell it again, each with its mark and column) and its past-guess token: see
-    ``UNSPELLED``.
+    every string of vocabulary characters decodes to itself (a past guess's spelling aside: see
+    ``UNSPELLED``). Other characters become ``<|unk|>``. Normalizers tag each marked letter with its
+    column (``COLUMN_TAGS``), put a past answer's token in place of its spelling (``PAST_GUESSES``) and drop
+    the spelling of a past guess that is no answer; the decoder removes the tags again.
     """
-    if not spelled and not past_guesses:
-        raise ValueError("spelled=False needs the past-guess tokens: without them a past answer leaves no trace")
-    tagged = TAGGED_LETTERS if column_tags else ()
-    marked = PAST_GUESSES if past_guesses else ()
-    vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *tagged, *marked))}
-    pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *tagged), key=len, reverse=True))
-    if past_guesses:
-        pieces = f"⟦[A-Z]{{5}}⟧|{pieces}"
-    # An answer is one token only as a guess, right before "</guess>": in a prompt's history it is spelled,
-    # so the model reads its letters next to their marks and is not primed to repeat the word.
+    vocab = {
+        token: i
+        for i, token in enumerate((*SPECIAL_TOKENS, *PIECES, *CHARACTERS, *WORDS, *TAGGED_LETTERS, *PAST_GUESSES))
+    }
+    pieces = "|".join(re.escape(p) for p in sorted((*PIECES, *TAGGED_LETTERS), key=len, reverse=True))
+    # A guessed answer is one token, right before "</guess>"; the model picks a word in one step.
     words = "(?:" + "|".join(WORDS) + f")(?={re.escape('</guess>')})"
-    pieces = f"{words}|{pieces}"
+    pieces = f"{words}|⟦[A-Z]{{5}}⟧|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
-    # The normalizers add what the decoder removes again, so prompts still decode to themselves (unspelled: below).
-    # (One normalizer alone is set as it is, so recipe 7's tokenizer.json stays as it was.)
-    rules = [(f"[{COLUMN_TAGS}]", _column_tagger)] if column_tags else []
-    # Decoded, an unspelled past answer reads as its word again (a past guess that is no answer stays dropped).
-    past_text = "⟦[A-Z]{5}⟧" if spelled else "[⟦⟧]"
-    rules += [(past_text, functools.partial(_past_guess_marker, int(past_guesses), spelled))] if past_guesses else []
-    if rules:
-        normalizer = [make() for _, make in rules]
-        backend.normalizer = normalizer[0] if len(normalizer) == 1 else normalizers.Sequence(normalizer)
-        backend.decoder = decoders.Sequence(
-            [*(decoders.Replace(Regex(added), "") for added, _ in rules), decoders.Fuse()]
-        )
-    else:
-        backend.decoder = decoders.Fuse()
+    backend.normalizer = normalizers.Sequence([_column_tagger(), _past_guess_marker()])
+    # Decoded, a past answer reads as its word again (a past guess that is no answer stays dropped).
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace(Regex(f"[{COLUMN_TAGS}]"), ""), decoders.Replace(Regex("[⟦⟧]"), ""), decoders.Fuse()]
+    )
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -208,17 +189,12 @@ def _column_tagger() -> normalizers.Normalizer:
     return normalizers.Sequence(rules)
 
 
-def _past_guess_marker(copies: int, spelled: bool) -> normalizers.Normalizer:
-    """Puts ``copies`` tokens ``⟦W⟧`` after every answer W spelled at the start of a feedback line (one:
-    ``"ABODE: "`` becomes ``"ABODE⟦ABODE⟧: "``). One rule per answer, since a normalizer's replacement is
-    literal text: 0.5 ms a prompt, measured. Unspelled, the token replaces the word (``"⟦ABODE⟧: "``) and a
-    last rule drops the spelling of a past guess that is no answer (``"SOARE: "`` becomes ``": "``)."""
-    rules = [
-        normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), (word if spelled else "") + f"⟦{word}⟧" * copies)
-        for word in WORDS
-    ]
-    unspell = [] if spelled else [normalizers.Replace(Regex(UNSPELLED), "")]
-    return normalizers.Sequence(rules + unspell)
+def _past_guess_marker() -> normalizers.Normalizer:
+    """Puts the token ``⟦W⟧`` in place of every answer W spelled at the start of a feedback line (``"ABODE: "``
+    becomes ``"⟦ABODE⟧: "``), and drops the spelling of a past guess that is no answer (``"SOARE: "`` becomes
+    ``": "``). One rule per answer, since a normalizer's replacement is literal text: 0.5 ms a prompt, measured."""
+    rules = [normalizers.Replace(Regex(f"(?<![A-Z]){word}(?=: )"), f"⟦{word}⟧") for word in WORDS]
+    return normalizers.Sequence([*rules, normalizers.Replace(Regex(UNSPELLED), "")])
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:

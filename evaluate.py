@@ -33,9 +33,11 @@ from transformers import HfArgumentParser
 
 from evaluation.constrain import ReplyBudgetError
 from evaluation.report import (
+    by_opening,
     console,
     load_log_history,
     markdown,
+    opening_heading,
     pick_replays,
     plot_by_turn,
     plot_guess_histogram,
@@ -50,6 +52,7 @@ from training.cli import help_requested, run_cli
 from training.config import CONFIG_FILE, TINY, ConfigError
 from training.modeling import load_for_inference, load_generation_side, load_vllm
 from wordle.decoding import CONSTRAIN_CHOICES, Decoding
+from wordle.openings import Opening
 
 BACKENDS = ("hf", "vllm")
 DEFAULT_SEED = transformers.TrainingArguments.seed  # the trainer's default, so both tables agree
@@ -78,6 +81,14 @@ class EvalArguments:
         metadata={
             "help": "the secrets to play: heldout (the 300 that report results) or val (the 202 validation secrets "
             "that settings are chosen on; no training plays them)"
+        },
+    )
+    openings: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "how each game starts, one table each: own (the model opens), answer or allowed (a random answer "
+            "or allowed non-answer word played first, seeded per secret by --seed), answer:K or allowed:K (K of "
+            "them), words:CRANE,SLATE (these guesses) (default: the adapter's run's, else own)"
         },
     )
     sample: bool = field(default=False, metadata={"help": "sample replies (default: greedy)"})
@@ -156,6 +167,10 @@ def parse(argv: list[str]) -> EvalArguments:
     apply_run_config(args)
     if args.constrain is not None and args.constrain not in CONSTRAIN_CHOICES:
         raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
+    try:
+        openings(args)
+    except ValueError as exc:
+        raise ConfigError(f"--openings: {exc}") from None
     if args.split not in SPLITS:
         raise ConfigError(f"unknown --split {args.split!r}; valid: {', '.join(SPLITS)}")
     if args.games < 1:
@@ -194,7 +209,7 @@ def apply_run_config(args: EvalArguments) -> None:
         except (yaml.YAMLError, TypeError, KeyError):
             raise ConfigError(f"{saved} is not a run's configuration (no evaluation section): was it edited?") from None
         logger.info("settings not given on the command line come from %s", saved)
-    defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None}
+    defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None, "openings": ["own"]}
     for name, default in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, run.get(name, default))
@@ -205,6 +220,12 @@ def decoding(args: EvalArguments) -> Decoding:
     return Decoding(
         max_new_tokens=args.max_new_tokens, sample=args.sample, temperature=args.temperature, seed=args.seed
     )
+
+
+def openings(args: EvalArguments) -> list[Opening]:
+    """The openings asked for, in order, each once."""
+    parsed = [Opening.parse(spec) for spec in args.openings]
+    return list(dict.fromkeys(parsed))
 
 
 def load(args: EvalArguments) -> tuple:
@@ -228,22 +249,26 @@ def run(args: EvalArguments, out_console: Console) -> list:
     model, tokenizer = load(args)
     secrets = select_secrets(args.games, args.split)
     label = "model" if args.adapter is None else "model + adapter"
-    try:
-        results = evaluate_model(
-            model,
-            tokenizer,
-            secrets,
-            model_decoding,
-            constrain=args.constrain,
-            batch_size=args.batch_size,
-            label=label,
-        )
-    except (ReplyBudgetError, ServerError) as exc:  # known once loaded, or the server answered: before any game
-        raise ConfigError(str(exc)) from None
-    if args.baselines:
-        results += evaluate_baselines(secrets, seed=args.seed)
+    results = []
+    for opening in openings(args):
+        try:
+            results += evaluate_model(
+                model,
+                tokenizer,
+                secrets,
+                model_decoding,
+                constrain=args.constrain,
+                batch_size=args.batch_size,
+                label=label,
+                opening=opening,
+            )
+        except (ReplyBudgetError, ServerError) as exc:  # known once loaded, or the server answered: before any game
+            raise ConfigError(str(exc)) from None
+        if args.baselines:
+            results += evaluate_baselines(secrets, seed=args.seed, opening=opening)
 
-    out_console.print(rich_table(results))
+    for spec, group in by_opening(results).items():
+        out_console.print(rich_table(group, title=f"{opening_heading(spec)}, {len(secrets)} full games (95% CI)"))
     for result in results:
         if result.kind == "baseline":
             continue
@@ -258,8 +283,9 @@ def run(args: EvalArguments, out_console: Console) -> list:
         notes = [f"{model_note}; {model_decoding.describe()}"]
         write_json(out / "eval.json", results, settings)
         (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
-        plot_guess_histogram(results, out / "guesses.png")
-        plot_by_turn(results, out / "by_turn.png")
+        first = next(iter(by_opening(results).values()))  # the plots: the first opening's games
+        plot_guess_histogram(first, out / "guesses.png")
+        plot_by_turn(first, out / "by_turn.png")
         if args.train_log and plot_reward_curves(args.train_log, out / "rewards.png") is None:
             logger.warning("%s holds no reward logs: no rewards.png", args.train_log)
         logger.info("wrote eval.json, eval.md and the plots to %s", out)

@@ -39,9 +39,11 @@ from trl import GRPOConfig, get_peft_config
 from evaluation.metrics import compute_metrics
 from evaluation.report import (
     PlayerResult,
+    by_opening,
     console,
     markdown,
-    markdown_table,
+    markdown_tables,
+    opening_heading,
     plot_by_turn,
     plot_guess_histogram,
     plot_learning_curve,
@@ -68,7 +70,15 @@ from training.config import (
     make_parser,
     resolve,
 )
-from training.data import build_rows, check_reply_fits, drop_long_prompts, held_out_rows, load_rows, make_row, save_rows
+from training.data import (
+    build_rows,
+    check_reply_fits,
+    drop_long_prompts,
+    game_starts,
+    held_out_rows,
+    load_rows,
+    save_rows,
+)
 from training.device import MpsCacheCallback
 from training.modeling import (
     check_bitsandbytes,
@@ -84,6 +94,7 @@ from training.rollout import SLOTS, GameCheck, GameRollout
 from training.summary import eval_settings, to_yaml
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
+from wordle.openings import Opening
 
 logger = logging.getLogger("grpo_train")
 
@@ -209,9 +220,12 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
     script, seed = resolved.script, resolved.training.seed
     path = Path(script.dataset) if script.dataset else run.out / ROWS_FILE
     if script.rollout == "game" and run.rows is None and not script.dataset:
-        rows = [make_row(secret, []) for secret in train_secrets(script.secrets)]
+        rows = game_starts(train_secrets(script.secrets), script.game_openings, seed)
         logger.info(
-            "game mode: %d start states, every training secret (%s) from its first guess", len(rows), script.secrets
+            "game mode: %d start states, every training secret (%s), %.0f%% of them from random guesses",
+            len(rows),
+            script.secrets,
+            100 * script.game_openings,
         )
     elif run.rows is not None:
         rows = run.rows
@@ -301,7 +315,7 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
         command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
         rewards=resolved.weights,
         steps=trainer.state.global_step,
-        eval_markdown_table=None if results is None else markdown_table(results),
+        eval_markdown_table=None if results is None else markdown_tables(results, heading="### "),
     )
     return trainer
 
@@ -356,7 +370,7 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
         kwargs = resolved.training.generation_kwargs or {}
         resolved.training.generation_kwargs = {"suppress_tokens": list(suppress), **kwargs}
     n_check = script.game_eval_games
-    check = GameCheck(spread(train_secrets("val"), n_check), select_secrets(n_check), resolved.decoding)
+    check = GameCheck(spread(train_secrets("val"), n_check), resolved.decoding, resolved.training.seed)
     return WordleGRPOTrainer(
         rollout=GameRollout() if script.rollout == "game" else None,
         check=check if script.game_eval_steps else None,
@@ -406,19 +420,27 @@ def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -
 # --- full-game evaluation before and after training ------------------------------------------------
 
 
-def _play(resolved: Resolved, model, tokenizer, label: str) -> PlayerResult:
-    """The model's games on the held-out secrets; each process plays its share, and every one gets all games."""
+def _play(resolved: Resolved, model, tokenizer, label: str) -> list[PlayerResult]:
+    """The model's games on the held-out secrets, from each of ``--eval_openings``; each process plays its share,
+    and every one gets all games."""
     secrets = select_secrets(resolved.script.eval_games)
-    [mine] = evaluate_model(model, tokenizer, distributed.shard(secrets), resolved.decoding, label=label)
-    games = distributed.unshard(mine.games)
-    if len(games) == len(mine.games):
-        return mine
-    return PlayerResult(label, mine.kind, compute_metrics(games, seed=resolved.training.seed), games)
+    seed = resolved.training.seed
+    results = []
+    for spec in resolved.script.eval_openings:
+        opening = Opening.parse(spec)
+        [mine] = evaluate_model(
+            model, tokenizer, distributed.shard(secrets), resolved.decoding, label=label, opening=opening
+        )
+        games = distributed.unshard(mine.games)
+        if len(games) != len(mine.games):
+            mine = PlayerResult(label, mine.kind, compute_metrics(games, seed=seed), games, opening.spec)
+        results.append(mine)
+    return results
 
 
 def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bool) -> list[PlayerResult]:
-    """The starting model's games and the baselines', saved to ``eval/before.json``. On --resume a
-    saved file made with the same settings is reused: the starting model is the same, and greedy
+    """The starting model's games and the baselines', from each opening, saved to ``eval/before.json``. On
+    --resume a saved file made with the same settings is reused: the starting model is the same, and greedy
     play would only repeat the same games."""
     path = out / EVAL_DIR / "before.json"
     if resuming and path.is_file():
@@ -431,32 +453,46 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
         model.to(resolved.training.device)  # where the Trainer would move it anyway
     before = _play(resolved, model, tokenizer, "before")
     if not distributed.is_main():
-        return [before]
+        return before
     secrets = select_secrets(resolved.script.eval_games)
-    results = [before, *evaluate_baselines(secrets, seed=resolved.training.seed)]
+    results = []
+    for mine in before:
+        results += [mine, *evaluate_baselines(secrets, resolved.training.seed, Opening.parse(mine.opening))]
     write_json(path, results, eval_settings(resolved))
     return results
 
 
 def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list[PlayerResult]) -> list[PlayerResult]:
-    """The trained model's games, the before/after table, and the files under ``eval/``."""
+    """The trained model's games, the before/after tables (one per opening), and the files under ``eval/``."""
     directory = out / EVAL_DIR
     after = _play(resolved, trainer.model, tokenizer, "after")
     if not distributed.is_main():
-        return [before[0], after]
-    write_json(directory / "after.json", [after], eval_settings(resolved))
-    results = [before[0], after, *before[1:]]
+        return [*before, *after]
+    write_json(directory / "after.json", after, eval_settings(resolved))
+    results = []
+    for mine in after:  # per opening: before, after, then the baselines
+        group = [r for r in before if r.opening == mine.opening]
+        results += [*group[:1], mine, *group[1:]]
+    own = [r for r in results if r.opening == results[0].opening]  # the plots: the first opening's games
     (directory / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
-    plot_guess_histogram(results, directory / "guesses.png")
-    plot_by_turn(results, directory / "by_turn.png")
+    plot_guess_histogram(own, directory / "guesses.png")
+    plot_by_turn(own, directory / "by_turn.png")
     plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
-    plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png", final=after.win_rate)
+    plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png")
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
     (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
-    console().print(rich_table(results, title=f"Before and after training, {after.metrics['games']} full games"))
-    logger.info(
-        "evaluation: win rate %.3f before, %.3f after; files in %s", before[0].win_rate, after.win_rate, directory
-    )
+    games = after[0].metrics["games"]
+    for spec, group in by_opening(results).items():
+        console().print(rich_table(group, title=f"Before and after training: {opening_heading(spec)}, {games} games"))
+    for mine in after:
+        was = next(r for r in before if r.opening == mine.opening)
+        logger.info(
+            "evaluation, %s: win rate %.3f before, %.3f after",
+            Opening.parse(mine.opening).label,
+            was.win_rate,
+            mine.win_rate,
+        )
+    logger.info("evaluation files in %s", directory)
     return results
 
 

@@ -98,7 +98,8 @@ def compute_metrics(games: Sequence[Game], seed: int = 0) -> dict[str, Any]:
     """Win rate, guesses, invalid/inconsistent/repeat rates and reward means, with 95% CIs.
 
     Invalid rates are over turns played; inconsistent and repeat rates over valid guesses
-    (a valid guess is inconsistent when it could not be the secret given the feedback so far).
+    (a valid guess is inconsistent when it could not be the secret given the feedback so far), the
+    contradiction rate over the valid guesses made with feedback in view.
     """
     counts = count(games)
     distribution = {str(k): 0 for k in range(1, MAX_GUESSES + 1)} | {"fail": 0}
@@ -116,6 +117,9 @@ def compute_metrics(games: Sequence[Game], seed: int = 0) -> dict[str, Any]:
         "format_failure_rate": wilson(counts.format_failures, counts.turns),
         "nonword_rate": wilson(counts.nonwords, counts.turns),
         "inconsistent_rate": wilson(counts.inconsistent, counts.valid),
+        # The clearer figure: a first guess has nothing to contradict, and counting it would flatter a player
+        # whose games are short. Over the guesses made with feedback in view.
+        "contradiction_rate": wilson(counts.inconsistent, counts.informed),
         "repeat_rate": wilson(counts.repeated, counts.valid),
         "by_turn": by_turn(games),
         "rewards": reward_means(games, seed=seed),

@@ -22,6 +22,7 @@ from rich.table import Table
 from rewards import REWARD_FUNCS, REWARD_RANGES, TURN_REWARDS
 from wordle import MAX_GUESSES
 from wordle.game import Game
+from wordle.openings import Opening
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,18 +38,21 @@ class PlayerResult:
     kind: str  # "model", "constrained" or "baseline"
     metrics: dict[str, Any]
     games: list[Game] = field(default_factory=list)
+    opening: str = "own"  # how every game started (wordle.openings.Opening.spec)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,
             "kind": self.kind,
+            "opening": self.opening,
             "metrics": self.metrics,
             "games": [g.to_dict() for g in self.games],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PlayerResult:
-        return cls(data["label"], data["kind"], data["metrics"], [Game.from_dict(g) for g in data["games"]])
+        games = [Game.from_dict(g) for g in data["games"]]
+        return cls(data["label"], data["kind"], data["metrics"], games, data.get("opening", "own"))
 
     @property
     def win_rate(self) -> float:
@@ -67,6 +71,7 @@ def replay_lines(game: Game) -> list[str]:
     """The game as Wordle shares it, one line per turn; an invalid turn says why, with its reply."""
     outcome = f"won in {game.guesses}" if game.won else f"lost after {game.guesses}"
     lines = [f"{game.secret} ({outcome})"]
+    lines += [f"{k} {squares(pattern)} {guess} (given)" for k, (guess, pattern) in enumerate(game.start, start=1)]
     for turn in game.turns:
         if turn.status == "valid":
             lines.append(f"{turn.turn} {squares(turn.pattern)} {turn.guess}")
@@ -115,7 +120,7 @@ COLUMNS = (
     "1 2 3 4 5 6 / fail",
     "format fail",
     "non-word",
-    "inconsistent",
+    "contradicts feedback",
     "repeat",
     *(name.removesuffix("_reward") for name in TURN_REWARDS),
 )
@@ -136,7 +141,7 @@ def table_rows(results: Sequence[PlayerResult], ci: bool = True) -> list[list[st
                 _distribution(m),
                 rate(m["format_failure_rate"]),
                 rate(m["nonword_rate"]),
-                rate(m["inconsistent_rate"]),
+                rate(m["contradiction_rate"]),
                 rate(m["repeat_rate"]),
                 *(reward(m["rewards"][name]) for name in TURN_REWARDS),
             ]
@@ -150,31 +155,59 @@ def markdown_table(results: Sequence[PlayerResult]) -> str:
     return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in table_rows(results))])
 
 
+def by_opening(results: Sequence[PlayerResult]) -> dict[str, list[PlayerResult]]:
+    """The results grouped by how their games started, in first-seen order: one table each."""
+    groups: dict[str, list[PlayerResult]] = {}
+    for r in results:
+        groups.setdefault(r.opening, []).append(r)
+    return groups
+
+
+def opening_heading(spec: str) -> str:
+    return f"Games from {Opening.parse(spec).label}"
+
+
+def markdown_tables(results: Sequence[PlayerResult], heading: str = "") -> str:
+    """A Markdown table per opening, each under its heading (``heading`` goes before it: ``"## "``); games
+    from the players' own opening alone get no heading."""
+    groups = by_opening(results)
+    parts = []
+    for spec, group in groups.items():
+        if len(groups) > 1 or spec != "own":
+            parts.append(f"{heading}{opening_heading(spec)}")
+        parts.append(markdown_table(group))
+    return "\n\n".join(parts)
+
+
 def markdown(
     results: Sequence[PlayerResult], title: str = "Wordle evaluation", replays: int = 3, notes: Sequence[str] = ()
 ) -> str:
-    """A table (one row per player, 95% CIs in brackets), then replays of the model rows' games."""
+    """A table per opening (one row per player, 95% CIs in brackets), then replays of the model rows' games."""
     games = results[0].metrics["games"] if results else 0
     lines = [
         f"# {title}",
         "",
         (
-            f"{games} full games per player; rates over games (win), turns (invalid) or valid guesses "
-            "(inconsistent, repeat); reward columns are each reward's mean over every state played. "
-            "A constrained row is the model with its guesses masked to the listed words, not its own skill."
+            f"{games} full games per player; rates over games (win), turns (invalid) or guesses made with feedback "
+            "in view (contradicts feedback) and valid guesses (repeat); reward columns are each reward's mean over "
+            "every state played. A constrained row is the model with its guesses masked to the listed words, not "
+            "its own skill. Games that start from guesses the player did not choose show whether it reads the "
+            "feedback or follows a memorised opening."
         ),
         "",
         *[f"- {n}" for n in notes],
         *([""] if notes else []),
-        markdown_table(results),
     ]
+    lines += [markdown_tables(results, heading="## "), ""]
     for r in results:
         if r.kind == "baseline" or replays <= 0:
             continue
-        lines += ["", f"## Replays: {r.label}", ""]
+        suffix = "" if r.opening == "own" else f", {Opening.parse(r.opening).label}"
+        lines += [f"## Replays: {r.label}{suffix}", ""]
         for game in pick_replays(r.games, replays):
             lines += ["```", *replay_lines(game), "```"]
-    return "\n".join(lines) + "\n"
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def rich_table(results: Sequence[PlayerResult], title: str | None = None) -> Table:
@@ -418,12 +451,12 @@ def plot_reward_curves(
     return None if fig is None else _save(fig, path)
 
 
-def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]], final: float | None = None) -> Figure | None:
-    """Win rate against training steps: the periodic greedy check on validation secrets (what settings
-    are chosen on) and its inconsistent-guess rate, the held-out secrets of the same check drawn faintly
-    (reported, never chosen on), ``final``, the after-table's held-out win rate, as one marked point,
-    and in game mode the sampled training games of each step, averaged over a window. None without a
-    periodic check."""
+def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]]) -> Figure | None:
+    """Win rate against training steps: the periodic greedy check on validation secrets (what settings are
+    chosen on) from the model's own opening and from a random answer played first, the share of its guesses
+    that contradict the feedback, and in game mode the sampled training games of each step, averaged over a
+    window. Validation only: the held-out secrets are read once, by the final table. None without a periodic
+    check."""
     history = [h for h in load_log_history(source) if "step" in h]
     checks = [h for h in history if "val/win_rate" in h]
     if not checks:
@@ -431,20 +464,15 @@ def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]], final: 
     fig = _figure(figsize=(8, 4.5))
     ax = fig.subplots()
     steps = [h["step"] for h in checks]
-    ax.plot(steps, [h["val/win_rate"] for h in checks], "o-", color=TRAINED_COLOUR, label="validation secrets, greedy")
-    if all("val/inconsistent_rate" in h for h in checks):
-        ax.plot(
-            steps,
-            [h["val/inconsistent_rate"] for h in checks],
-            "s--",
-            color=PLAYER_COLOURS["before"],
-            label="validation: inconsistent guesses",
-        )
-    ax.plot(
-        steps, [h["heldout/win_rate"] for h in checks], ":", color="grey", alpha=0.6, label="held-out secrets, greedy"
+    lines = (
+        ("val/win_rate", "o-", TRAINED_COLOUR, "validation, its own opening: won"),
+        ("val_opening/win_rate", "o:", TRAINED_COLOUR, "validation, a random answer first: won"),
+        ("val/contradiction_rate", "s-", PLAYER_COLOURS["before"], "its own opening: guesses contradicting feedback"),
+        ("val_opening/contradiction_rate", "s:", PLAYER_COLOURS["before"], "a random answer first: contradicting"),
     )
-    if final is not None:
-        ax.plot([steps[-1]], [final], "*", ms=14, color="black", label=f"held-out, final evaluation ({final:.1%})")
+    for key, style, colour, label in lines:
+        if all(key in h for h in checks):
+            ax.plot(steps, [h[key] for h in checks], style, color=colour, label=label)
     sampled = [(h["step"], h["game/win_rate"]) for h in history if "game/win_rate" in h]
     if sampled:
         window = max(1, len(sampled) // 20)
@@ -453,13 +481,11 @@ def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]], final: 
         ax.plot(x[window - 1 :], smooth, color="grey", alpha=0.7, label=f"training games, sampled ({window}-step mean)")
     ax.set(xlabel="training step", ylabel="share of games (won) or of guesses", ylim=(0, 1), title="Learning curve")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="center right", fontsize="small")
     return fig
 
 
-def plot_learning_curve(
-    source: str | Path | Sequence[dict[str, Any]], path: str | Path, final: float | None = None
-) -> Path | None:
+def plot_learning_curve(source: str | Path | Sequence[dict[str, Any]], path: str | Path) -> Path | None:
     """:func:`learning_curve_figure` saved as a PNG at ``path``; None (and no file) without a periodic check."""
-    fig = learning_curve_figure(source, final)
+    fig = learning_curve_figure(source)
     return None if fig is None else _save(fig, path)

@@ -24,6 +24,7 @@ from evaluation.vllm_backend import Engine, VLLMPlayer
 from wordle import eval_secrets, spread, train_secrets
 from wordle.decoding import GREEDY, Constrain, Decoding
 from wordle.game import Player, play
+from wordle.openings import OWN, Opening
 
 logger = logging.getLogger(__name__)
 
@@ -41,21 +42,32 @@ def select_secrets(games: int | None = None, split: str = "heldout") -> tuple[st
 
 
 def evaluate_player(
-    player: Player, secrets: Sequence[str], kind: str = "baseline", label: str | None = None, seed: int = 0
+    player: Player,
+    secrets: Sequence[str],
+    kind: str = "baseline",
+    label: str | None = None,
+    seed: int = 0,
+    opening: Opening = OWN,
 ) -> PlayerResult:
+    """``player``'s games on ``secrets``, each from ``opening`` (drawn with ``seed``), and their metrics."""
     started = time.monotonic()
-    games = play(player, secrets)
-    result = PlayerResult(label or player.name, kind, compute_metrics(games, seed=seed), games)
+    games = play(player, secrets, opening.starts(secrets, seed))
+    result = PlayerResult(label or player.name, kind, compute_metrics(games, seed=seed), games, opening.spec)
     logger.info(
-        "%s: %d games in %.1f s, win rate %.3f", result.label, len(games), time.monotonic() - started, result.win_rate
+        "%s (%s): %d games in %.1f s, win rate %.3f",
+        result.label,
+        opening.label,
+        len(games),
+        time.monotonic() - started,
+        result.win_rate,
     )
     return result
 
 
-def evaluate_baselines(secrets: Sequence[str], seed: int = 0) -> list[PlayerResult]:
+def evaluate_baselines(secrets: Sequence[str], seed: int = 0, opening: Opening = OWN) -> list[PlayerResult]:
     """The solver (the ceiling), a random still-possible answer, a random allowed word (the floor)."""
     return [
-        evaluate_player(p, secrets, seed=seed)
+        evaluate_player(p, secrets, seed=seed, opening=opening)
         for p in (SolverPlayer(), RandomCandidatePlayer(seed), RandomAllowedPlayer(seed))
     ]
 
@@ -69,8 +81,10 @@ def evaluate_model(
     constrain: Constrain | None = None,
     batch_size: int = 64,
     label: str = "model",
+    opening: Opening = OWN,
 ) -> list[PlayerResult]:
-    """The model's own row, then (with ``constrain``) the same model constrained, as a second row.
+    """The model's own row, then (with ``constrain``) the same model constrained, as a second row; every game
+    from ``opening``, drawn with the decoding's seed.
 
     ``model`` is a transformers model, or a vLLM engine (``evaluation.vllm_backend``), which batches itself."""
     secrets = select_secrets() if secrets is None else tuple(secrets)
@@ -84,4 +98,4 @@ def evaluate_model(
     if constrain is not None:  # built before any game: it checks that max_new_tokens holds a reply
         name = f"{label} (constrained: {constrain} words)"
         players.append((player(decoding.replace(constrain=constrain), name), "constrained"))
-    return [evaluate_player(player, secrets, kind, seed=decoding.seed) for player, kind in players]
+    return [evaluate_player(player, secrets, kind, seed=decoding.seed, opening=opening) for player, kind in players]

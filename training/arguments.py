@@ -102,11 +102,20 @@ class ScriptArguments:
             "game_reward with --rollout game)"
         },
     )
+    game_openings: float = field(
+        default=0.0,
+        metadata={
+            "help": "with --rollout game: the share of start states that begin from guesses the model did not "
+            "choose (one or two random answers or allowed words), so that it learns to read feedback from any "
+            "opening, not to follow its own"
+        },
+    )
     game_eval_steps: int = field(
         default=0,
         metadata={
-            "help": "every N steps, play game_eval_games validation secrets (chosen on) and as many held-out ones "
-            "(reported only) greedily and log their rates: the learning curve (0: never)"
+            "help": "every N steps, play game_eval_games validation secrets greedily, from the model's own opening "
+            "and from a random answer, and log their rates: the learning curve (0: never; held-out secrets are "
+            "only played by the final evaluation)"
         },
     )
     game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
@@ -122,6 +131,13 @@ class ScriptArguments:
         default=300,
         metadata={
             "help": "full games played by the evaluation before and after training (of the 300 held-out secrets)"
+        },
+    )
+    eval_openings: list[str] = field(
+        default_factory=lambda: ["own", "answer"],
+        metadata={
+            "help": "how the evaluation's games start, one table each (as evaluate.py --openings): own, answer, "
+            "allowed, answer:K, allowed:K or words:W1,W2"
         },
     )
     constrain_vllm: str | None = field(

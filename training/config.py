@@ -31,6 +31,7 @@ from training.arguments import ScriptArguments, available_profiles
 from training.rollout import SLOTS
 from wordle.completion import guess_regex
 from wordle.decoding import Decoding
+from wordle.openings import Opening
 from wordle.words import TRAIN_PARTS, train_secrets
 
 logger = logging.getLogger(__name__)
@@ -242,7 +243,14 @@ def _check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: d
         raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
     if script.game_eval_steps < 0:
         raise ConfigError(f"--game_eval_steps must be 0 (off) or more, got {script.game_eval_steps}")
-    n_val = len(train_secrets("val"))  # the check plays this many validation and as many held-out games
+    if not 0 <= script.game_openings <= 1:
+        raise ConfigError(f"--game_openings is a share of start states, between 0 and 1; got {script.game_openings}")
+    for spec in script.eval_openings:
+        try:
+            Opening.parse(spec)
+        except ValueError as exc:
+            raise ConfigError(f"--eval_openings: {exc}") from None
+    n_val = len(train_secrets("val"))  # the check plays at most every validation secret
     if not 1 <= script.game_eval_games <= n_val:
         raise ConfigError(
             f"--game_eval_games must be between 1 and {n_val} (the validation secrets), got {script.game_eval_games}"

@@ -34,6 +34,7 @@ from wordle import (
     train_secrets,
 )
 from wordle.game import format_reply, play_guesses
+from wordle.openings import DRAWN, OWN, Opening
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,22 @@ def make_row(secret: str, history: Sequence[tuple[str, str]], system_prompt: str
         "secret": secret,
         "past_guess_history": [[g, p] for g, p in history],
     }
+
+
+def game_starts(secrets: Sequence[str], share: float, seed: int) -> list[dict[str, Any]]:
+    """Game mode's start states: each secret once, a ``share`` of them opened by guesses the model did not
+    choose (one random answer or allowed word, a third of the time two), the rest from no guess at all, where
+    it plays its own opening. Deterministic in ``seed``. Every state the model ever played followed its own
+    opening, and it learnt to follow that opening instead of reading the feedback: started elsewhere, it has
+    to read it."""
+    rng = random.Random(seed)
+    rows = []
+    for secret in secrets:
+        opening = OWN
+        if rng.random() < share:
+            opening = Opening(rng.choice(DRAWN), rng.choice((1, 1, 2)))
+        rows.append(make_row(secret, opening.start(secret, seed)))
+    return rows
 
 
 def build_rows(

@@ -40,6 +40,7 @@ from training import distributed
 from wordle import MAX_GUESSES, row_history, row_secret
 from wordle.decoding import Decoding
 from wordle.game import Game, GameView, count, play
+from wordle.openings import OWN, RANDOM_ANSWER
 
 SLOTS = MAX_GUESSES  # one sample slot per possible turn; training.config sizes the batch for it
 
@@ -190,7 +191,8 @@ def _rng_devices(trainer: Any) -> list:
 
 
 def game_rates(games: Sequence[Game], prefix: str = "game") -> dict[str, float]:
-    """``PREFIX/*`` metrics of a set of games: win rate, guesses per win, invalid and inconsistent rates."""
+    """``PREFIX/*`` metrics of a set of games: win rate, guesses per win, invalid and inconsistent rates, and the
+    share of guesses made with feedback in view that contradict it."""
     c = count(games)
     rates = {
         f"{prefix}/win_rate": c.wins / max(c.games, 1),
@@ -200,6 +202,8 @@ def game_rates(games: Sequence[Game], prefix: str = "game") -> dict[str, float]:
         rates[f"{prefix}/guesses"] = sum(c.won_guesses) / len(c.won_guesses)
     if c.valid:
         rates[f"{prefix}/inconsistent_rate"] = c.inconsistent / c.valid
+    if c.informed:
+        rates[f"{prefix}/contradiction_rate"] = c.inconsistent / c.informed
     return rates
 
 
@@ -227,23 +231,25 @@ def log_game_metrics(trainer: Any, games: Sequence[Game], generations: int) -> N
 
 class GameCheck:
     """A cheap learning curve: greedy games on validation secrets (``train_secrets("val")``, which no
-    training plays: settings are chosen on these) and on as many held-out secrets (drawn, never
-    decided on: they only report the final figure)."""
+    training plays: settings are chosen on these), from the model's own opening (``val/*``) and from a
+    random answer played first (``val_opening/*``: does it read the feedback, or follow its opening?). The
+    held-out secrets are never played here: they are read once, by the final evaluation."""
 
-    def __init__(self, validation: Sequence[str], held_out: Sequence[str], decoding: Decoding) -> None:
-        self.validation, self.held_out, self.decoding = list(validation), list(held_out), decoding
+    def __init__(self, validation: Sequence[str], decoding: Decoding, seed: int = 0) -> None:
+        self.validation, self.decoding, self.seed = list(validation), decoding, seed
 
     def __call__(self, trainer: Any) -> dict[str, float]:
         player = PolicyPlayer(trainer, self.decoding)
         was_training = trainer.model.training
         trainer.model.eval()
+        rates: dict[str, float] = {}
         try:  # each process plays its share of the secrets
-            validation = distributed.unshard(play(player, distributed.shard(self.validation)))
-            held_out = distributed.unshard(play(player, distributed.shard(self.held_out)))
+            secrets = distributed.shard(self.validation)
+            for opening, prefix in ((OWN, "val"), (RANDOM_ANSWER, "val_opening")):
+                games = distributed.unshard(play(player, secrets, opening.starts(secrets, self.seed)))
+                rates |= game_rates(games, prefix=prefix)
         finally:
             trainer.model.train(was_training)
-        rates = game_rates(validation, prefix="val")
-        rates["heldout/win_rate"] = game_rates(held_out)["game/win_rate"]
         return rates
 
 

@@ -17,6 +17,7 @@ from training import device as devices
 from training import distributed
 from training.config import TINY, Resolved, ScriptArguments, plain
 from training.rollout import SLOTS
+from wordle.openings import Opening
 
 
 def precision(training: GRPOConfig) -> str:
@@ -99,11 +100,12 @@ def _rollout_summary(script: ScriptArguments, samples: int, generations: int) ->
         "start_states_per_step": samples // (SLOTS * generations),
         "games_per_start_state": generations,
         "samples_per_step": samples,
+        "start_states": f"{script.game_openings:.0%} from one or two random guesses, the rest from its own opening",
         "sample_layout": f"{SLOTS} turn slots x {generations} games per start state; a slot after its game ended "
         "is a masked placeholder whose rewards are all None",
         "game_check": (
-            f"every {script.game_eval_steps} steps, {script.game_eval_games} validation and {script.game_eval_games} "
-            "held-out secrets, greedy"
+            f"every {script.game_eval_steps} steps, {script.game_eval_games} validation secrets, greedy, from its "
+            "own opening and from a random answer"
             if script.game_eval_steps
             else "off"
         ),
@@ -120,6 +122,7 @@ def eval_settings(resolved: Resolved) -> dict[str, Any]:
         "decoding": decoding.describe(),
         "max_new_tokens": decoding.max_new_tokens,
         "seed": decoding.seed,
+        "openings": [Opening.parse(spec).spec for spec in resolved.script.eval_openings],
     }
 
 

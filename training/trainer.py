@@ -4,8 +4,8 @@
 - ``rollout=GameRollout()`` (``--rollout game``) passes it to TRL as ``rollout_func``, hands it each
   batch's dataset rows, samples each start state ``SLOTS x num_generations`` times in a row
   (see ``training/rollout.py``), and scores and trains on the batch in chunks trimmed of their
-  padding; ``check=GameCheck(...)`` adds greedy games on the validation and held-out secrets to the
-  logs every ``check_steps`` steps, and at the start.
+  padding; ``check=GameCheck(...)`` adds greedy games on the validation secrets (from its own opening and a
+  random one) to the logs every ``check_steps`` steps, and at the start.
 
 Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
 difference against a bare GRPOTrainer).
@@ -213,7 +213,7 @@ class _CheckAtStart(TrainerCallback):
             self.trainer.log(self.trainer.check(self.trainer))
 
 
-_GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("inconsistent_rate", "inconsistent"))
+_GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("contradiction_rate", "contradict"))
 
 
 def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
@@ -238,7 +238,9 @@ def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
     if "val/win_rate" in logs:
         check = [f"validation won {logs['val/win_rate']:.2f}"]
         check += [f"{name} {logs[f'val/{key}']:.2f}" for key, name in _GAME_PARTS if f"val/{key}" in logs]
-        parts.append(" ".join(check) + f" (held-out won {logs['heldout/win_rate']:.2f})")
+        if "val_opening/win_rate" in logs:
+            check.append(f"(from a random opener {logs['val_opening/win_rate']:.2f})")
+        parts.append(" ".join(check))
     if "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
         parts.append(f"{logs['step_time']:.2f} s/step")
     if "peak_memory_mb" in logs:

@@ -78,7 +78,10 @@ class Game:
 
     @property
     def won(self) -> bool:
-        return bool(self.turns) and self.turns[-1].guess == self.secret and self.turns[-1].status == "valid"
+        """The last guess is the secret: the player's, or the start's when it holds the secret (a given opening)."""
+        if self.turns:
+            return self.turns[-1].status == "valid" and self.turns[-1].guess == self.secret
+        return bool(self.start) and self.start[-1][0] == self.secret
 
     @property
     def over(self) -> bool:
@@ -187,6 +190,7 @@ class GameCounts:
     format_failures: int
     nonwords: int
     valid: int
+    informed: int  # valid guesses made with feedback in view (a history before them)
     inconsistent: int  # valid guesses that could not be the secret given the feedback so far
     repeated: int  # valid guesses already made in the game
 
@@ -201,10 +205,11 @@ def judged_guesses(game: Game) -> Iterator[tuple[int, History, bool, bool]]:
 
 def count(games: Sequence[Game]) -> GameCounts:
     turns = [t for g in games for t in g.turns]
-    valid = inconsistent = repeated = 0
+    valid = informed = inconsistent = repeated = 0
     for game in games:
-        for _, _, contradicts, repeats in judged_guesses(game):
+        for _, history, contradicts, repeats in judged_guesses(game):
             valid += 1
+            informed += bool(history)
             inconsistent += contradicts
             repeated += repeats
     return GameCounts(
@@ -215,6 +220,7 @@ def count(games: Sequence[Game]) -> GameCounts:
         format_failures=sum(t.status == "format" for t in turns),
         nonwords=sum(t.status == "nonword" for t in turns),
         valid=valid,
+        informed=informed,
         inconsistent=inconsistent,
         repeated=repeated,
     )

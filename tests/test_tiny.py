@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen2ForCausalLM, Qwen2Tokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen2Tokenizer
 
 import grpo_train
 import tinymodel
@@ -22,13 +23,15 @@ from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
 from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import add_past_guess_heads, as_llama, fit_guess_bag, guess_states, wire_guess_bag
-from tinymodel.build import RECIPE_VERSION, SCALES, _past_guess_flags, _past_guess_heads_flags, build, build_model
+from tinymodel.build import SCALES, build, build_model
 from tinymodel.build import main as tiny_main
 from tinymodel.data import encode, game_rows, reply_text, think_text
 from tinymodel.tokenizer import (
     CHARACTERS,
     CHAT_TEMPLATE,
     COLUMN_TAGS,
+    UNSPELLED,
+    WORD_SET,
     WORDS,
     build_tokenizer,
     past_guess_ids,
@@ -52,12 +55,9 @@ from wordle import (
     train_secrets,
 )
 
-TOKENIZER = build_tokenizer()  # recipe 7's (python -m tinymodel --no_past_guesses)
-PAST = build_tokenizer(past_guesses=True)  # the shipped recipe 10's (and 9's): a token for each past answer guess
-# What the shipped model must keep doing on 60 held-out games. When shipped it measured on these 60:
-# 22 wins (36.7%; random allowed words win none), 2.2% invalid replies, every turn-2 guess consistent
-# with the opener's feedback.
-MIN_WIN_RATE, MAX_INVALID, MIN_TURN2_CONSISTENT = 0.2, 0.05, 0.9
+TOKENIZER = build_tokenizer()
+# What the shipped model must keep doing on 50 validation games: floors well below what it measures.
+MIN_WIN_RATE, MAX_INVALID, MIN_TURN2_CONSISTENT = 0.3, 0.05, 0.7
 VOCAB_TEXT = st.text(alphabet=st.sampled_from(CHARACTERS), max_size=200)
 HISTORIES = st.builds(history_for, st.sampled_from(answers()), st.lists(st.sampled_from(allowed()), max_size=5))
 
@@ -66,8 +66,14 @@ def user_message(history):
     return render_prompt(history)[1]["content"]
 
 
+def as_decoded(text):
+    """``text`` as the tokenizer gives it back: a past guess's spelling at a feedback line's start is dropped,
+    and an answer's comes back from its past-guess token."""
+    return re.sub(UNSPELLED, lambda m: m.group(0) if m.group(0) in WORD_SET else "", text)
+
+
 def round_trips(tokenizer, text):
-    return tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    return tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == as_decoded(text)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +105,7 @@ def test_system_prompt_round_trips():
 def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert "SOARE" not in answers() and TOKENIZER.tokenize("SOARE") == list("SOARE")  # spelled
     assert TOKENIZER.tokenize("CRANE</guess>") == ["CRANE", "</guess>"]  # an answer, guessed: one token
-    assert TOKENIZER.tokenize("CRANE: C(-)") == [*"CRANE", ": ", "C(-)"]  # in a history: spelled
+    assert TOKENIZER.tokenize("CRANE: C(-)") == ["⟦CRANE⟧", ": ", "C(-)"]  # a past guess: its own token
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
         ".",
@@ -112,103 +118,58 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
         "CRANE",
         "</guess>",
     ]
-    assert TOKENIZER.tokenize("SOARE: S(✓) O(~) A(-)") == [*"SOARE", ": ", "S(✓)", " O(~)", " A(-)"]
+    assert TOKENIZER.tokenize("SOARE: S(✓) O(~) A(-)") == [": ", "S(✓)", " O(~)", " A(-)"]  # no answer: dropped
     assert TOKENIZER.tokenize("crane</guess>") == [*"crane", "</guess>"]  # answers are upper case only
-
-
-UNTAGGED = build_tokenizer(column_tags=False)
 
 
 def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
     lines = "SOARE: S(-) O(~) A(✓) R(-) E(-)\nPANEL: P(-) A(~) N(-) E(✓) L(-)"
     tokens = TOKENIZER.tokenize(lines)
-    assert tokens[6:11] == ["S(-)₁", " O(~)₂", " A(✓)₃", " R(-)₄", " E(-)₅"]
-    assert tokens[-5:] == ["P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
-    assert PAST.tokenize(lines)[-7:] == ["⟦PANEL⟧", ": ", "P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
-    assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == lines  # the tags are not text
-    assert UNTAGGED.tokenize(lines)[6:11] == ["S(-)", " O(~)", " A(✓)", " R(-)", " E(-)"]  # recipe 3's tokenizer
+    assert tokens[1:6] == ["S(-)₁", " O(~)₂", " A(✓)₃", " R(-)₄", " E(-)₅"]
+    assert tokens[-7:] == ["⟦PANEL⟧", ": ", "P(-)₁", " A(~)₂", " N(-)₃", " E(✓)₄", " L(-)₅"]
+    assert TOKENIZER.decode(TOKENIZER.convert_tokens_to_ids(tokens)) == as_decoded(lines)  # the tags are not text
     # Only whole lines of five marks after "WORD: " are tagged: a fragment or a sixth mark is not a guess's feedback.
     for text in ("S(-) O(~) A(✓) R(-) E(-)", "SOARES: S(-) O(~) A(✓) R(-) E(-) S(-)", "SOA: S(-) O(~) A(✓)"):
         assert not any(tag in token for token in TOKENIZER.tokenize(text) for tag in COLUMN_TAGS), text
 
 
-# (history, what follows each spelled past guess): an answer gets its own token, and only where it
-# starts a feedback line; other allowed words (the opener SOARE), a reply's guess and lower case do not.
+# (history line, its tokens up to the first marked letter, how it decodes): a past answer's spelling gives way to its
+# own token, which decodes to the word; another allowed word's spelling (the opener SOARE) is dropped: its marked
+# letters spell it again, and five tokens a line that say nothing new would dilute layer 0's mean. Text that is no
+# feedback line stays as it is.
 PAST_GUESS_CASES = [
-    ("CRANE: C(-) R(✓) A(~) N(-) E(-)", [*"CRANE", "⟦CRANE⟧", ": "]),
-    ("SOARE: S(-) O(~) A(✓) R(-) E(-)", [*"SOARE", ": "]),
-    ("XCRANE: C(-)", [*"XCRANE", ": "]),  # not a word at a line's start
-    ("CRANE, C(-)", [*"CRANE", ","]),  # not a feedback line
-    ("crane: c(-)", [*"crane", ": "]),
-]
-
-
-@pytest.mark.parametrize(("text", "start"), PAST_GUESS_CASES)
-def test_a_past_answer_gets_a_token_of_its_own_beside_its_letters(text, start):
-    tokens = PAST.tokenize(text)
-    assert tokens[: len(start)] == start
-    assert PAST.decode(PAST.convert_tokens_to_ids(tokens)) == text  # the token is not text
-    assert "⟦" not in "".join(TOKENIZER.tokenize(text))  # recipe 7's tokenizer has none
-
-
-def test_past_guess_copies_repeat_the_token_and_still_decode_to_the_text():
-    # The variant of e51: the token's share of layer 0's mean grows with its copies (its norm cannot).
-    twice = build_tokenizer(past_guesses=2)
-    text = "CRANE: C(-) R(✓) A(~) N(-) E(-)"
-    tokens = twice.tokenize(text)
-    assert tokens[:8] == [*"CRANE", "⟦CRANE⟧", "⟦CRANE⟧", ": "]
-    assert twice.decode(twice.convert_tokens_to_ids(tokens)) == text
-    assert twice.get_vocab() == PAST.get_vocab()  # the same tokens, written twice
-
-
-def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():
-    history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "CRANE"])
-    tokens = PAST.tokenize(user_message(history))
-    assert [t for t in tokens if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
-    assert "⟦" not in "".join(PAST.tokenize(reply_text(history, "ROBIN")))
-    assert PAST.convert_tokens_to_ids("⟦CRANE⟧") in prompt_only_ids(PAST)  # never generated
-    # New tokens come after recipe 7's, whose ids do not move.
-    assert len(TOKENIZER) + len(WORDS) == len(PAST) and past_guess_ids(TOKENIZER) == []
-    assert all(PAST.convert_tokens_to_ids(t) == i for t, i in TOKENIZER.get_vocab().items())
-
-
-UNSPELLED = build_tokenizer(past_guesses=True, spelled=False)  # recipe 12's: a past guess's letters not spelled
-# (history line, its tokens up to the first marked letter, how it decodes): an answer's spelling gives way to its
-# token, which decodes to the word; another allowed word's spelling is dropped; text that is no feedback line stays.
-UNSPELLED_CASES = [
     ("CRANE: C(-) R(✓) A(~) N(-) E(-)", ["⟦CRANE⟧", ": ", "C(-)₁"], "CRANE: C(-) R(✓) A(~) N(-) E(-)"),
     ("SOARE: S(-) O(~) A(✓) R(-) E(-)", [": ", "S(-)₁"], ": S(-) O(~) A(✓) R(-) E(-)"),
-    ("XCRANE: C(-)", [*"XCRANE", ": ", "C(-)"], "XCRANE: C(-)"),
-    ("CRANE, C(-)", [*"CRANE", ",", " C(-)"], "CRANE, C(-)"),
+    ("XCRANE: C(-)", [*"XCRANE", ": ", "C(-)"], "XCRANE: C(-)"),  # not a word at a line's start
+    ("CRANE, C(-)", [*"CRANE", ",", " C(-)"], "CRANE, C(-)"),  # not a feedback line
     ("crane: c(-)", [*"crane", ": ", "c"], "crane: c(-)"),
 ]
 
 
-@pytest.mark.parametrize(("text", "start", "decoded"), UNSPELLED_CASES)
-def test_unspelled_past_guesses_keep_their_token_and_marked_letters(text, start, decoded):
-    ids = UNSPELLED(text, add_special_tokens=False)["input_ids"]
-    assert UNSPELLED.convert_ids_to_tokens(ids)[: len(start)] == start
-    assert UNSPELLED.decode(ids) == decoded
+@pytest.mark.parametrize(("text", "start", "decoded"), PAST_GUESS_CASES)
+def test_a_past_answer_becomes_its_own_token_and_other_spellings_drop(text, start, decoded):
+    ids = TOKENIZER(text, add_special_tokens=False)["input_ids"]
+    assert TOKENIZER.convert_ids_to_tokens(ids)[: len(start)] == start
+    assert TOKENIZER.decode(ids) == decoded == as_decoded(text)
 
 
-def test_unspelled_prompts_are_five_tokens_a_guess_shorter_with_the_same_vocabulary():
+def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():
     history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "CRANE"])
-    spelled, unspelled = (t.tokenize(user_message(history)) for t in (PAST, UNSPELLED))
-    assert len(spelled) - len(unspelled) == 5 * len(history)
-    assert [t for t in unspelled if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
-    assert [t for t in unspelled if "(" in t] == [t for t in spelled if "(" in t]  # every marked letter kept
-    assert UNSPELLED.get_vocab() == PAST.get_vocab()
-    assert round_trips(UNSPELLED, reply_text(history, "ROBIN"))  # replies are untouched
-    with pytest.raises(ValueError, match="past-guess tokens"):
-        build_tokenizer(spelled=False)
+    tokens = TOKENIZER.tokenize(user_message(history))
+    assert [t for t in tokens if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
+    assert sum("(" in t for t in tokens) == 5 * len(history)  # every marked letter kept
+    assert not any(t in "SOARE" for t in tokens)  # the opener's spelling dropped
+    assert "⟦" not in "".join(TOKENIZER.tokenize(reply_text(history, "ROBIN")))
+    assert round_trips(TOKENIZER, reply_text(history, "ROBIN"))  # replies are untouched
+    assert TOKENIZER.convert_tokens_to_ids("⟦CRANE⟧") in prompt_only_ids(TOKENIZER)  # never generated
+    assert len(past_guess_ids(TOKENIZER)) == len(WORDS)
 
 
 @settings(max_examples=100, deadline=None)
 @given(HISTORIES, VOCAB_TEXT)
 def test_column_tagged_prompts_round_trip(history, text):
-    for tokenizer in (TOKENIZER, PAST):
-        assert round_trips(tokenizer, user_message(history))
-        assert round_trips(tokenizer, text)
+    assert round_trips(TOKENIZER, user_message(history))
+    assert round_trips(TOKENIZER, text)
 
 
 @pytest.mark.parametrize("text", ["é", "CRANÉ 😀", "<think>日本</think>", "\x00\u200b"])
@@ -226,7 +187,6 @@ def test_prompt_only_tokens_are_suppressed_and_no_reply_needs_one():
     replies = ["<think>.R..E</think><guess>CRANE</guess>", "<think>.....</think><guess>SOARE</guess>"]
     for reply in replies:  # every token a reply is made of stays writable
         assert not ids & set(TOKENIZER(reply + TOKENIZER.eos_token, add_special_tokens=False)["input_ids"])
-    assert len(prompt_only_ids(UNTAGGED)) < len(ids)  # recipe 3's tokenizer has no column tags
 
 
 def test_prompts_are_short():
@@ -235,12 +195,11 @@ def test_prompts_are_short():
     five = history_for("ROBIN", ["SOARE", "CLINT", "BUMPH", "FOLKY", "GAWKS"])
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
-    assert len(last) == 8 + 5 * 12  # per line: 5 letters, ': ', 5 marked letters, newline
-    answered = history_for("ROBIN", ["CRANE"])  # an answer in a history is spelled too (recipe 9: and marked)
+    assert len(last) == 8 + 5 * 7  # per line: ': ', 5 marked letters, newline (none of these guesses is an answer)
+    answered = history_for("ROBIN", ["CRANE"])  # an answer's spelling is one token
     assert (
-        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 20
+        len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 16
     )
-    assert len(PAST.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 21
 
 
 # --- chat template --------------------------------------------------------------------------------
@@ -295,26 +254,32 @@ def test_think_text(secret, guesses, think):
     assert think_text(history_for(secret, guesses)) == think
 
 
-def test_game_rows_answer_with_the_opener_then_a_still_possible_answer():
+def test_game_rows_answer_with_the_opener_then_a_still_possible_answer_from_any_opening():
     solver = Solver()
-    rows = game_rows(300, random.Random(0), solver, train_secrets())
-    assert rows == game_rows(300, random.Random(0), solver, train_secrets())  # deterministic
-    turns = set()
+    rows = game_rows(600, random.Random(0), solver, train_secrets())
+    assert rows == game_rows(600, random.Random(0), solver, train_secrets())  # deterministic
+    turns, openers = set(), []
     for row in rows:
         history = parse_history(row["prompt"][1]["content"])
         guess = parse_completion(row["completion"])
         turns.add(len(history))
+        openers += [history[0][0]] if history else []
         assert row["completion"][0]["content"] == reply_text(history, guess)
         if history:
             assert guess in candidates(history).words(), (history, guess)
         else:
             assert guess == solver.next_guess(())
     assert turns == set(range(6))
+    # Its own opener in 40% of histories, a random answer or allowed word in the rest.
+    own = openers.count(solver.next_guess(())) / len(openers)
+    answer_set = set(answers())
+    assert 0.3 < own < 0.5 and 0.2 < sum(o in answer_set for o in openers) / len(openers) < 0.4
 
 
-# sum: the probe's alternative (research log, e34); PAST: recipe 9's tokenizer
-@pytest.mark.parametrize(("pooling", "tokenizer"), [("mean", TOKENIZER), ("sum", TOKENIZER), ("mean", PAST)])
-def test_guess_bag_learns_to_favour_still_possible_answers(pooling, tokenizer):
+# sum: the probe's alternative (research log)
+@pytest.mark.parametrize("pooling", ["mean", "sum"])
+def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
+    tokenizer = TOKENIZER
     rows = game_rows(300, random.Random(0), Solver(), train_secrets())
     encoded = encode(tokenizer, rows)
     matrix = fit_guess_bag(encoded, tokenizer, steps=100, batch_size=32, learning_rate=1e-2, seed=0, pooling=pooling)
@@ -326,7 +291,7 @@ def test_guess_bag_learns_to_favour_still_possible_answers(pooling, tokenizer):
         gains.append(float(probs[[column[c] for c in cands]].sum()) / (len(cands) / len(WORDS)))
     # Against a uniform guess, the states it was fitted on put many times more mass on their candidates.
     assert sum(gains) / len(gains) > 5
-    if tokenizer is PAST:
+    if pooling == "mean":
         # A past-guess token's row says "not W" and nothing else, with one weight for every W, learnt to be
         # negative: a past guess is never the answer (the game stops at a win).
         past = torch.tensor(past_guess_ids(tokenizer))
@@ -360,10 +325,10 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
 
 def test_wiring_makes_a_past_guess_token_say_not_this_word():
     spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
-    model = build_model(PAST, spec, seed=0)
-    encoded = encode(PAST, game_rows(40, random.Random(0), Solver(), train_secrets()))
-    word_ids, past_ids = PAST.convert_tokens_to_ids(list(WORDS)), past_guess_ids(PAST)
-    matrix = fit_guess_bag(encoded, PAST, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
+    model = build_model(TOKENIZER, spec, seed=0)
+    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
+    matrix = fit_guess_bag(encoded, TOKENIZER, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
     wire_guess_bag(model, matrix, word_ids, encoded, past_ids)
     rows = model.get_input_embeddings().weight.detach()
     answers = rows[word_ids]
@@ -381,21 +346,21 @@ def test_wiring_makes_a_past_guess_token_say_not_this_word():
 def test_past_guess_heads_look_at_the_past_guess_tokens_and_save_as_the_same_llama():
     # The full scale's width (a narrower bag's directions are too blurred to test), one layer.
     spec = dataclasses.replace(SCALES["ci"], hidden_size=256, num_heads=8, num_kv_heads=8)
-    model = build_model(PAST, spec, seed=0)
-    encoded = encode(PAST, game_rows(40, random.Random(0), Solver(), train_secrets()))
-    word_ids, past_ids = PAST.convert_tokens_to_ids(list(WORDS)), past_guess_ids(PAST)
-    wire_guess_bag(model, fit_guess_bag(encoded, PAST, 20, 8, 1e-2, 0), word_ids, encoded, past_ids)
+    model = build_model(TOKENIZER, spec, seed=0)
+    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
+    wire_guess_bag(model, fit_guess_bag(encoded, TOKENIZER, 20, 8, 1e-2, 0), word_ids, encoded, past_ids)
     history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "TIMID"])  # SOARE is no answer: no token
-    text = PAST.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
-    ids = PAST(text + "<think>.....</think><guess>", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    text = TOKENIZER.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+    ids = TOKENIZER(text + "<think>.....</think><guess>", add_special_tokens=False, return_tensors="pt")["input_ids"]
     is_past = torch.isin(ids[0], torch.tensor(past_ids))
     assert int(is_past.sum()) == 3
     with torch.no_grad():
         wired = model(ids).logits
-        silent = add_past_guess_heads(model, PAST, 8, strength=0.0)  # the added heads, their output 0
+        silent = add_past_guess_heads(model, TOKENIZER, 8, strength=0.0)  # the added heads, their output 0
         assert silent.config.num_attention_heads == 16 and silent.config.head_dim == 32
         assert torch.allclose(silent(ids).logits, wired, atol=1e-5)  # the widened model computes the same
-        wide = add_past_guess_heads(model, PAST, 8, strength=0.01)
+        wide = add_past_guess_heads(model, TOKENIZER, 8, strength=0.01)
         wide.set_attn_implementation("eager")
         attention = wide(ids, output_attentions=True).attentions[0][0, :, -1]  # layer 0 at <guess>: heads x keys
         # The mean's heads still average every token; the added ones look at the past-guess tokens, each of them
@@ -441,15 +406,15 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     new = output[0, prompt["input_ids"].shape[1] :]
     assert len(new) == 5 and all(0 <= t < len(tokenizer) for t in new.tolist())
     # Six steps of training: the reply itself may be eos at once, but the full-game path must run end to end.
-    (result,) = evaluate_model(model, tokenizer, eval_secrets()[:4])
+    (result,) = evaluate_model(model, tokenizer, train_secrets("val")[:4])
     assert result.metrics["games"] == 4 and all(len(game.turns) >= 1 for game in result.games)
 
 
 def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
     info = json.loads((ci_model / "build_info.json").read_text())
-    assert info["recipe_version"] == RECIPE_VERSION == 12 and info["vocab_size"] == len(PAST)
+    assert info["vocab_size"] == len(TOKENIZER)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(ci_model), AutoTokenizer.from_pretrained(ci_model)
-    # Recipe 12 plays unspelled: the saved tokenizer gives a past answer its token in place of its letters.
+    # The saved tokenizer gives a past answer its token in place of its letters, as SFT read it.
     assert tokenizer.tokenize("CRANE: C(-)")[:2] == ["⟦CRANE⟧", ": "]
     # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
     rows = model.get_input_embeddings().weight.detach()
@@ -458,68 +423,14 @@ def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
     assert set(past_guess_ids(tokenizer)) <= set(model.generation_config.suppress_tokens)
 
 
-@pytest.mark.parametrize(("copies", "flags"), [(0, ["--no_past_guesses"]), (1, []), (2, ["--past_guess_copies=2"])])
-def test_build_info_command_names_the_past_guess_copies(copies, flags):
-    assert _past_guess_flags(copies) == flags  # the shipped build's command stays as it was
-
-
 @pytest.mark.parametrize(
-    ("copies", "heads", "flags"),
-    [(1, 8, []), (1, 0, ["--past_guess_heads=0"]), (1, 4, ["--past_guess_heads=4"]), (0, 0, [])],
+    "argv", [["--spelled"], ["--no_past_guesses"], ["--past_guess_copies", "2"], ["--past_guess_heads", "0"]]
 )
-def test_build_info_command_names_the_past_guess_heads(copies, heads, flags):
-    assert _past_guess_heads_flags(copies, heads, SCALES["full"]) == flags
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--past_guess_copies", "0"], "--past_guess_copies must be at least 1, got 0 (--no_past_guesses for none)"),
-        (["--no_past_guesses", "--past_guess_copies", "2"], "--past_guess_copies 2 needs the past-guess tokens"),
-        (["--past_guess_heads", "-1"], "--past_guess_heads must be 0 or more, got -1"),
-        (["--no_past_guesses", "--past_guess_heads", "8"], "--past_guess_heads 8 needs the past-guess tokens"),
-    ],
-)
-def test_build_cli_rejects_bad_copies_in_one_line(argv, message, capsys):
+def test_build_cli_has_one_recipe_and_no_flags_for_old_ones(argv, capsys):
+    # Old recipes rebuild from the commits that built them (docs/embedded-model.md), not from flags here.
     with pytest.raises(SystemExit):
         tiny_main(argv)
-    assert message in capsys.readouterr().err
-
-
-def test_no_past_guesses_builds_recipe_7(tmp_path):
-    out = build(tmp_path / "r7", scale="ci", seed=0, past_guesses=False)
-    info = json.loads((out / "build_info.json").read_text())
-    assert info["recipe_version"] == 7 and info["vocab_size"] == len(TOKENIZER)
-    assert info["command"].endswith("--no_past_guesses")
-    assert "⟦" not in "".join(AutoTokenizer.from_pretrained(out).tokenize("CRANE: C(-)"))
-    assert isinstance(AutoModelForCausalLM.from_pretrained(out), Qwen2ForCausalLM)
-
-
-def test_past_guess_heads_without_past_guess_tokens_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match="2 past-guess heads need the past-guess tokens"):
-        build(tmp_path / "x", scale="ci", past_guesses=0, past_guess_heads=2)
-    assert not (tmp_path / "x").exists()
-
-
-def test_spelled_builds_recipe_10_with_the_same_weights_and_a_spelling_tokenizer(ci_model, tmp_path):
-    out = build(tmp_path / "r10", scale="ci", seed=0, unspelled=False)
-    info = json.loads((out / "build_info.json").read_text())
-    assert info["recipe_version"] == 10 and info["command"].endswith("--spelled")
-    assert AutoTokenizer.from_pretrained(out).tokenize("CRANE: C(-)")[:6] == [*"CRANE", "⟦CRANE⟧"]
-    # SFT reads spelled prompts in both: recipe 12 differs in the tokenizer it saves, not in its weights.
-    assert (out / "model.safetensors").read_bytes() == (ci_model / "model.safetensors").read_bytes()
-    with pytest.raises(ValueError, match="need the past-guess heads"):
-        build(tmp_path / "x", scale="ci", past_guess_heads=0, unspelled=True)
-    assert not (tmp_path / "x").exists()
-
-
-def test_no_past_guess_heads_builds_recipe_9_as_a_qwen2(tmp_path):
-    out = build(tmp_path / "r9", scale="ci", seed=0, past_guess_heads=0)
-    info = json.loads((out / "build_info.json").read_text())
-    assert info["recipe_version"] == 9 and info["vocab_size"] == len(PAST)
-    assert info["steps"] == info["max_steps"] == SCALES["ci"].steps  # its whole schedule
-    assert info["command"].endswith("--past_guess_heads=0")
-    assert isinstance(AutoModelForCausalLM.from_pretrained(out), Qwen2ForCausalLM)
+    assert "unrecognized arguments" in capsys.readouterr().err
 
 
 def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, tmp_path):
@@ -540,7 +451,7 @@ def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, 
     assert not set(output[0, prompt["input_ids"].shape[1] :].tolist()) & set(suppressed)
 
 
-def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, monkeypatch):
+def test_build_trains_on_training_secrets_and_scores_itself_on_validation_games(tmp_path, monkeypatch):
     seen = {}
 
     def spy_rows(n_rows, rng, solver, secrets):
@@ -558,8 +469,8 @@ def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, mon
     # SFT learns from one half of the training secrets; the profile's GRPO plays the other.
     assert seen["train"] == train_secrets("sft")
     assert not set(seen["train"]) & set(train_secrets("rl"))
-    assert set(seen["eval"]) <= set(eval_secrets())
-    assert not set(seen["train"]) & set(eval_secrets())
+    assert set(seen["eval"]) <= set(train_secrets("val"))  # the held-out secrets are read once, by the main job
+    assert not set(seen["train"]) & set(eval_secrets()) and not set(seen["train"]) & set(seen["eval"])
     info = json.loads((out / "build_info.json").read_text())
     assert info["eval"]["games"] == len(seen["eval"]) == SCALES["ci"].eval_games
     assert 0 <= info["eval"]["win_rate"] <= 1
@@ -567,7 +478,7 @@ def test_build_trains_on_training_secrets_and_plays_held_out_games(tmp_path, mon
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2 kernels are x86's")
 def test_the_build_command_pins_the_cpu_kernels(tmp_path):
-    # AVX-512 kernels gave recipe 12 other weights; python -m tinymodel sets AVX2's before torch loads.
+    # AVX-512 kernels give other weights; python -m tinymodel sets AVX2's before torch loads.
     env = {k: v for k, v in os.environ.items() if k not in tinymodel.BUILD_KERNELS}
     command = [sys.executable, "-m", "tinymodel", "--scale", "ci", "--out", str(tmp_path / "ci")]
     subprocess.run(command, check=True, env=env, capture_output=True)
@@ -584,12 +495,11 @@ def test_saved_tokenizer_loads_as_itself_not_qwen2(ci_model):
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
     assert not isinstance(tokenizer, Qwen2Tokenizer)
     assert type(tokenizer).__name__ == "TokenizersBackend"
-    # Recipe 12's saved tokenizer is the unspelled one: a past answer decodes to its word (the opener's spelling,
-    # no answer, is dropped, so a prompt of answers alone round-trips).
+    # A past answer decodes to its word (the opener's spelling, no answer, is dropped: as_decoded).
     texts = [user_message(history_for("ROBIN", ["CRANE", "PANEL"])), "<think>.R..E -SO</think><guess>CRANE</guess>"]
     for text in texts:
         assert round_trips(tokenizer, text)
-        assert tokenizer(text)["input_ids"] == UNSPELLED(text)["input_ids"]  # the normalizer survives saving
+        assert tokenizer(text)["input_ids"] == TOKENIZER(text)["input_ids"]  # the normalizer survives saving
     assert tokenizer.chat_template == CHAT_TEMPLATE
     assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == ("<|end|>", "<|pad|>", "<|unk|>")
 
@@ -644,25 +554,26 @@ def test_shipped_model_is_small_and_built_from_training_secrets_only():
     assert size <= 25 * 2**20
     assert (MODEL_DIR / "model.safetensors").is_file()
     info = json.loads((MODEL_DIR / "build_info.json").read_text())
-    assert info["scale"] == "full" and info["recipe_version"] == RECIPE_VERSION
+    assert info["scale"] == "full" and info["cpu_kernels"] == "AVX2"
     assert info["train_secrets"] == 'wordle.train_secrets("sft")'
-    assert info["eval_secrets"] == "wordle.eval_secrets()"
-    assert info["eval"]["games"] == 300 and not info["stopped_early"]
-    text = user_message(history_for("ROBIN", ["SOARE", "CRANE"]))  # recipe 12 plays unspelled
-    assert AutoTokenizer.from_pretrained(MODEL_DIR)(text)["input_ids"] == UNSPELLED(text)["input_ids"]
+    assert info["eval_secrets"] == 'wordle.train_secrets("val")'
+    assert info["eval"]["games"] == len(train_secrets("val")) and not info["stopped_early"]
+    text = user_message(history_for("ROBIN", ["SOARE", "CRANE"]))
+    assert AutoTokenizer.from_pretrained(MODEL_DIR)(text)["input_ids"] == TOKENIZER(text)["input_ids"]
 
 
-def test_shipped_model_plays_real_games_on_held_out_secrets():
+def test_shipped_model_plays_real_games_on_validation_secrets():
     model = AutoModelForCausalLM.from_pretrained(MODEL_DIR)
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
     info = json.loads((MODEL_DIR / "build_info.json").read_text())
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
-    (result,) = evaluate_model(model, tokenizer, eval_secrets()[::5])  # 60 games, every fifth secret
+    secrets = train_secrets("val")[::4]  # 51 games, every fourth validation secret
+    (result,) = evaluate_model(model, tokenizer, secrets)
     metrics = result.metrics
-    # The build's own figure, on all 300 secrets, is in build_info.json; these 60 are a subset of them.
+    # The build's own figure, on all 202 validation secrets, is in build_info.json; these are a subset of them.
     assert metrics["format_failure_rate"]["rate"] + metrics["nonword_rate"]["rate"] <= MAX_INVALID
     assert metrics["win_rate"]["rate"] >= MIN_WIN_RATE
     # The guess after the opener fits the opener's feedback.
     second = [(g.turns[0], g.turns[1]) for g in result.games if len(g.turns) > 1]
     fits = sum(t.status == "valid" and is_consistent(t.guess, [(o.guess, o.pattern)]) for o, t in second)
-    assert len(second) == 60 and fits / len(second) >= MIN_TURN2_CONSISTENT
+    assert len(second) == len(secrets) and fits / len(second) >= MIN_TURN2_CONSISTENT

@@ -3,7 +3,7 @@
 The bag is a softmax regression for the guessed answer whose logits are the mean, over the prompt's
 tokens, of one learned row per token. With column-tagged marks every Wordle constraint is one such
 row, so it composes any number of feedback lines; a transformer trained from scratch did not learn
-that at this compute (docs/embedded-model.md, tries). ``benchmarks/probe_guess_bag.py`` measures both.
+that at this compute (docs/embedded-model.md, tries). ``research/probe_guess_bag.py`` measures both.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def fit_guess_bag(
     of feedback lines, which a transformer trained from scratch did not learn to do at this compute
     (docs/embedded-model.md, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
     ``pooling="sum"`` sums the rows instead, so that a constraint keeps its weight however long the prompt:
-    for ``benchmarks/probe_guess_bag.py`` only, since the wiring computes a mean.
+    for ``research/probe_guess_bag.py`` only, since the wiring computes a mean.
 
     A past-guess token's row (``⟦W⟧``, see ``tinymodel.tokenizer.PAST_GUESSES``) is not free: it is
     ``-c`` in W's own column and 0 elsewhere, one ``c`` for all. Free rows, each seen a few dozen times,
@@ -116,7 +116,7 @@ def wire_guess_bag(
 ) -> None:
     """Make layer 0 compute the bag's mean before any training, so that SFT starts from a model that
     already composes feedback lines (measured on recipe 6's bag: the untrained wired model's top answer
-    fits every line in 93% of one-guess states and 67% of two-guess ones; benchmarks/probe_guess_bag.py).
+    fits every line in 93% of one-guess states and 67% of two-guess ones; research/probe_guess_bag.py).
 
     - embeddings: an SVD of ``matrix`` (rank hidden - 1) gives each token a row and each answer an
       output vector; the last coordinate is slack that gives every token row the same norm, so

@@ -1,14 +1,12 @@
 """How well can a guess be read off the prompt's tokens? A probe for the next tiny-model design.
 
-    python benchmarks/probe_guess_bag.py                           # bag model, column-tagged tokens
-    python benchmarks/probe_guess_bag.py --no_column_tags          # the same, untagged marks
-    python benchmarks/probe_guess_bag.py --past_guesses            # with recipe 9's past-guess tokens
-    python benchmarks/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
-    python benchmarks/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
+    python research/probe_guess_bag.py                           # the bag alone, on the build's tokens
+    python research/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
+    python research/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
 The bag learns from game states of the secrets the build's SFT learns from (``train_secrets("sft")``),
 and every figure is on game states of the validation secrets (``train_secrets("val")``, which settings
-are chosen on; ``--split test`` for the held-out ones), per number of past guesses: the probability
+are chosen on), from any opening as the build draws them, per number of past guesses: the probability
 put on still-possible answers at the guess token, and how often the most likely answer is one. A
 model is fed the prompt and the right think (``<think>.R..E</think><guess>``), so only the choice of
 word is measured.
@@ -38,7 +36,7 @@ from tinymodel.bag import guess_states as bag_states
 from tinymodel.build import SCALES, build_model
 from tinymodel.data import encode, game_rows
 from tinymodel.tokenizer import WORDS, build_tokenizer, past_guess_ids
-from wordle import Solver, eval_secrets, parse_history, train_secrets
+from wordle import Solver, parse_history, train_secrets
 
 
 def guess_states(tokenizer, rows) -> tuple[list[list[int]], list[list[int]], list[int]]:
@@ -68,8 +66,6 @@ def model_probs(model, ids, word_ids) -> list[torch.Tensor]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--no_column_tags", action="store_true", help="untagged marks, as recipe 3's tokenizer")
-    parser.add_argument("--past_guesses", action="store_true", help="recipe 9's past-guess tokens")
     parser.add_argument("--train_states", type=int, default=40000)
     parser.add_argument("--eval_states", type=int, default=1500)
     parser.add_argument("--steps", type=int, default=1500, help="bag training steps (0: no bag)")
@@ -78,7 +74,6 @@ def main() -> int:
     parser.add_argument("--pooling", choices=["mean", "sum"], default="mean", help="the bag's pooling (build: mean)")
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
-    parser.add_argument("--split", choices=["val", "test"], default="val", help="secrets of the probed states")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.wire and args.pooling != "mean":
@@ -87,8 +82,7 @@ def main() -> int:
 
     solver = Solver()
     train_rows = game_rows(args.train_states, random.Random(args.seed), solver, train_secrets("sft"))
-    probed = train_secrets("val") if args.split == "val" else eval_secrets()
-    eval_rows = game_rows(args.eval_states, random.Random(args.seed + 1), solver, probed)
+    eval_rows = game_rows(args.eval_states, random.Random(args.seed + 1), solver, train_secrets("val"))
     word_ids_of = lambda tok: tok.convert_tokens_to_ids(list(WORDS))
 
     if args.model:
@@ -100,7 +94,7 @@ def main() -> int:
     if args.steps <= 0:
         return 0
 
-    tokenizer = build_tokenizer(column_tags=not args.no_column_tags, past_guesses=args.past_guesses)
+    tokenizer = build_tokenizer()
     word_ids = word_ids_of(tokenizer)
     column = {t: j for j, t in enumerate(word_ids)}
     started = time.monotonic()
@@ -108,9 +102,8 @@ def main() -> int:
     matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
-    tags = ("untagged" if args.no_column_tags else "column-tagged") + (" + past-guess" if args.past_guesses else "")
     logits = [getattr(matrix[p], args.pooling)(0) for p in ids]  # the rows' mean or sum
-    report(f"bag of {tags} tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
+    report(f"bag of the build's tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
         wire_guess_bag(model, matrix, word_ids, train_encoded, past_guess_ids(tokenizer))  # as the build wires it

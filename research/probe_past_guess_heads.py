@@ -1,7 +1,7 @@
 """Would attention heads of their own for the past-guess tokens stop the repeats? Graft them onto a built model.
 
-    python benchmarks/probe_past_guess_heads.py --out /tmp/added --strength 0.01             # 8 heads added
-    python benchmarks/probe_past_guess_heads.py --out /tmp/given --strength 0.02 --given 2   # 2 of the 8 given up
+    python research/probe_past_guess_heads.py --out /tmp/added --strength 0.01             # 8 heads added
+    python research/probe_past_guess_heads.py --out /tmp/given --strength 0.02 --given 2   # 2 of the 8 given up
     python evaluate.py --model /tmp/added --split val --no_baselines                         # the start's games
 
 In layer 0 every head averages the whole prompt (zero queries and keys: tinymodel.bag.wire_guess_bag), so a

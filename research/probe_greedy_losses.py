@@ -1,7 +1,7 @@
 """Where does the embedded model's greedy play lose? Ban one kind of bad guess and replay the games.
 
-    python benchmarks/probe_greedy_losses.py                        # the shipped model, 300 held-out games
-    python benchmarks/probe_greedy_losses.py --adapter outputs/cpu  # the same for a trained adapter
+    python research/probe_greedy_losses.py                        # the shipped model, 300 held-out games
+    python research/probe_greedy_losses.py --adapter outputs/cpu  # the same for a trained adapter
 
 The embedded model guesses an answer as one token right after ``<guess>`` (tinymodel.tokenizer), so
 a guess can be banned by masking that token's logit. Three rows, the same games and decoding as

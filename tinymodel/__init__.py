@@ -5,8 +5,8 @@ No machine of ours can reach a model hub, so the project makes its own small mod
 - :mod:`tinymodel.tokenizer`: a **tokenizer that shows letters and picks words**. A prompt is spelled
   letter by letter, each letter with its feedback mark and its column as one token (``S(-)₁``,
   `` O(✓)₂``), so every constraint a past guess sets is one token; a past answer also has a token of
-  its own (``⟦CRANE⟧``), and the shipped tokenizer drops the past guess's spelled letters, which SFT
-  still reads (recipe 12). A guess of an answer is one token, so the model chooses among words and
+  its own (``⟦CRANE⟧``) in place of its spelled letters, and another past guess's spelling is dropped (its
+  marked letters spell it again). A guess of an answer is one token, so the model chooses among words and
   cannot misspell one. Its chat template drops the system message and ends every turn with
   ``<|end|>``, the eos token.
 - :mod:`tinymodel.bag`: the **wired start**. A softmax regression from the prompt's tokens to the
@@ -14,7 +14,7 @@ No machine of ours can reach a model hub, so the project makes its own small mod
   layer 0 as uniform attention, so before any training its top answer already fits every feedback
   line in most states.
 - :mod:`tinymodel.data`: the **training rows**, game states of the training secrets only, answered
-  ``<think>.R..E</think><guess>CRANE</guess>`` (the think is the letters placed so far).
+  ``<think>.R..E</think><guess>CRANE</guess>`` (the think is the letters placed so far), from any opening.
 - :mod:`tinymodel.sft`: **supervised training** (a transformers ``Trainer``) that scores the answer
   token against every still-possible answer at once (a soft target). It teaches the reply's format
   and refines the wired guess.
@@ -33,8 +33,8 @@ from pathlib import Path
 MODEL_DIR = Path(__file__).resolve().parent / "model"
 # The CPU kernels a build runs on, set by ``python -m tinymodel`` before torch loads (a variable already set wins).
 # Why: SFT's 672 steps turn the float differences between kernels into other weights. Built with AVX-512 kernels
-# (torch's choice on an AVX-512 CPU) recipe 12 gave other weights that play worse; pinned to AVX2 the same machine
-# rebuilt the shipped weights byte for byte (docs/research-log.md, e64).
+# (torch's choice on an AVX-512 CPU) a build gave other weights that played worse; pinned to AVX2 the same machine
+# rebuilt the shipped weights byte for byte (docs/research-log.md).
 BUILD_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 BUILD_COMMAND = "python -m tinymodel"  # writes MODEL_DIR by default
 # The files that make a loadable model directory.

@@ -55,7 +55,7 @@ def fit_guess_bag(
     A past-guess token's row (``⟦W⟧``, see ``tinymodel.tokenizer.PAST_GUESSES``) is not free: it is
     ``-c`` in W's own column and 0 elsewhere, one ``c`` for all. Free rows, each seen a few dozen times,
     learnt the training secrets instead (validation states' top answer still possible after two guesses:
-    0.78, against 0.87 without the tokens; docs/research-log.md, e44).
+    0.78, against 0.87 without the tokens; docs/research-log.md).
     """
     generator = torch.Generator().manual_seed(seed)
     states = guess_states(encoded)
@@ -115,7 +115,7 @@ def wire_guess_bag(
     past_ids: Sequence[int] = (),
 ) -> None:
     """Make layer 0 compute the bag's mean before any training, so that SFT starts from a model that
-    already composes feedback lines (measured on recipe 6's bag: the untrained wired model's top answer
+    already composes feedback lines (measured on an earlier bag: the untrained wired model's top answer
     fits every line in 93% of one-guess states and 67% of two-guess ones; research/probe_guess_bag.py).
 
     - embeddings: an SVD of ``matrix`` (rank hidden - 1) gives each token a row and each answer an
@@ -173,7 +173,7 @@ def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_id
     less the answers' mean row: with tied embeddings that row is the answer's output vector, so the token
     says "not W" in the direction that lowers W against the other answers. Centred, because the mean is
     what every answer shares: uncentred rows lowered all answers against the reply's tags, and under GRPO
-    late replies wrote ``<guess><guess>`` (validation format failures up to 21%; research log, e46).
+    late replies wrote ``<guess><guess>`` (validation format failures up to 21%; research log).
 
     The bag's own row for it (-c in one of 2315 columns) does not survive an SVD of rank 255, and SFT
     moves the answers' vectors away from a row set before it, so the build calls this twice: when it
@@ -185,7 +185,7 @@ def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_id
         embeddings[list(past_ids)] = answers.mean(0) - answers
 
 
-# --- heads of their own for the past-guess tokens (recipe 10; docs/research-log.md, e55, e56, e58) ---------------
+# --- heads of their own for the past-guess tokens (docs/research-log.md) -------------------------------------------
 
 
 def _ridge(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -258,7 +258,7 @@ def set_past_guess_heads(
 ) -> None:
     """Point the ``channel`` heads of layer 0 at the past-guess tokens: at ``<guess>`` they weight the prompt's
     ``⟦W⟧`` tokens over five times any other token (but the least-squares directions are faint: 21% of their
-    attention on three past answers in a full-scale build; research log, e62). Query and key sit in each head's
+    attention on three past answers in a full-scale build; research log). Query and key sit in each head's
     slowest rotary pair, whose rotation over the 512-token context stays under 0.1 radian, so the score does not
     depend on position."""
     key, key_bias, query = key_query_directions(model, tokenizer)
@@ -284,7 +284,7 @@ def add_past_guess_heads(
 
     In layer 0 every other head averages the whole prompt, so a past guess's ``⟦W⟧`` ("not W") is one token of
     some 100 late in a game: a stronger row does nothing (the input RMSNorm divides it out) and a second copy
-    takes its share from every letter constraint (e50, e51). The channel is meant to average the ``⟦W⟧`` tokens
+    takes its share from every letter constraint (research log). The channel is meant to average the ``⟦W⟧`` tokens
     alone, as strong at turn 6 as at turn 2 (it does so only faintly: :func:`set_past_guess_heads`). Its values are
     layer 0's own and its output ``strength`` times layer 0's. The attention is then wider than the hidden size
     (head_dim kept), which vLLM's Qwen2 cannot load: save it with :func:`as_llama`.
@@ -309,7 +309,7 @@ _QWEN2_ONLY = ("layer_types", "max_window_layers", "sliding_window", "use_slidin
 def as_llama(model: Qwen2ForCausalLM) -> LlamaForCausalLM:
     """The same model as a Llama: Qwen2's biases on q, k and v, and zero biases on o (Llama's
     ``attention_bias`` sets all four), so it computes the same, and vLLM's Llama honours ``head_dim``
-    where its Qwen2 takes the head width as hidden size over heads (vLLM 0.31; research log, e56)."""
+    where its Qwen2 takes the head width as hidden size over heads (vLLM 0.31; research log)."""
     config = model.config.to_dict()
     for key in ("architectures", "transformers_version", "model_type", *_QWEN2_ONLY):
         config.pop(key, None)

@@ -34,7 +34,7 @@ from wordle import Solver, train_secrets
 
 logger = logging.getLogger(__name__)
 
-# The past-guess heads' output, times layer 0's: e55's graft on recipe 9 kept its wins at 0.01 and traded
+# The past-guess heads' output, times layer 0's: grafted onto an earlier build, 0.01 kept its wins and traded
 # them for fewer repeats above it (validation, 202 games: 58.4% won at 0.01, 56.4% at 0.03).
 PAST_GUESS_STRENGTH = 0.01
 
@@ -75,10 +75,10 @@ SCALES: dict[str, Scale] = {
         num_layers=4,
         num_heads=8,
         num_kv_heads=8,  # the wiring copies values through: one key/value head per head
-        past_guess_heads=8,  # the full width: 2 of the 8 taken from the mean did no better (e55)
+        past_guess_heads=8,  # the full width: 2 of the 8 taken from the mean did no better
         # Stopped with the rate at a fifth of its peak: two builds stopped near there by the clock started GRPO at
         # 62% and 67% on the validation secrets and ended it at 82% and 79%; a 700-step schedule run to its end
-        # started at 50.5% (docs/research-log.md, e58). It also keeps the wider model within 30 minutes.
+        # started at 50.5% (docs/research-log.md). It also keeps the wider model within 30 minutes.
         past_guess_sft_steps=672,
         eval_games=300,
         max_seconds=1800.0,

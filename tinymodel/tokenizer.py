@@ -54,22 +54,22 @@ PIECES = (
 # SOARE opener among them) are spelled a letter at a time.
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
-# Recipe 9 (shipped; docs/research-log.md, e44-e47): a past guess that is an answer also gets one token of
-# its own, "⟦ABODE⟧", which a normalizer puts after the spelled word (its letters stay).
+# A past guess that is an answer is one token of its own, "⟦ABODE⟧", which a normalizer puts in place of its
+# spelled letters (its marked letters stay).
 # Why: a constraint row says "words with D lose", but nothing made of letter rows says "not ABODE itself";
 # the near miss that breaks one grey letter then outscores the one answer left, and three repeated guesses
 # in four came in such end games. The token's row can say it (tinymodel.bag.point_past_guesses): it halves
 # the start's repeats on the validation secrets.
 PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
-# Recipe 12 (shipped): a past guess's spelled letters, dropped from the prompt at play (its marked letters spell
-# it again). Why: layer 0's guess is a mean over the prompt's tokens, and five tokens a line that say nothing the
-# marked letters do not dilute every constraint; late in a game they are a third of the prompt. Dropped from
-# recipe 10's prompts with no training at all, validation repeats fell from 9.0% to 2.9% (docs/research-log.md, e64).
+# A past guess's spelled letters are dropped from the prompt (its marked letters spell it again). Why: layer 0's
+# guess is a mean over the prompt's tokens, and five tokens a line that say nothing the marked letters do not
+# dilute every constraint; late in a game they are a third of the prompt. Dropped from the prompts of a model
+# trained with them, validation repeats fell from 9.0% to 2.9% (docs/research-log.md).
 UNSPELLED = "(?<![A-Z])[A-Z]{5}(?=: )"
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
 # them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
 # R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
-# "<guess>" (" R(✓)"), 2.8% of turns on the validation secrets (docs/research-log.md, issue 21).
+# "<guess>" (" R(✓)"), 2.8% of turns on the validation secrets (docs/research-log.md).
 PROMPT_ONLY = (
     USER,
     ASSISTANT,
@@ -82,14 +82,13 @@ PROMPT_ONLY = (
 
 
 def past_guess_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
-    """The ids of ``PAST_GUESSES`` in ``WORDS`` order, or [] for a tokenizer without them (recipe 7's)."""
+    """The ids of ``PAST_GUESSES`` in ``WORDS`` order, or [] for a tokenizer without them."""
     vocab = tokenizer.get_vocab()
     return [vocab[t] for t in PAST_GUESSES] if PAST_GUESSES[0] in vocab else []
 
 
 def prompt_only_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
-    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has (recipe 3's lacks the column tags, recipe 7's the
-    past-guess tokens)."""
+    """The ids of ``PROMPT_ONLY`` that ``tokenizer`` has."""
     vocab = tokenizer.get_vocab()
     return sorted(vocab[t] for t in PROMPT_ONLY if t in vocab)
 

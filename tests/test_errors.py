@@ -71,6 +71,13 @@ TRAIN_CASES = [
     ("dataset is a directory", ["--dataset", "{tmp}"], "a directory, not a dataset file", None),
     ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON (Unterminated", "damaged"),
     ("check larger than validation", ["--game_eval_games", "250"], "between 1 and 202 (the validation", None),
+    (
+        "unknown evaluation opening",
+        ["--eval_openings", "own", "first"],
+        "--eval_openings: unknown opening 'first'",
+        None,
+    ),
+    ("opening share out of range", ["--game_openings", "1.5"], "--game_openings is a share of start states", None),
     ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
     ("FSDP on CPU", ["--fsdp", "full_shard auto_wrap"], "FSDP needs GPUs: on cpu accelerate would train", None),
     ("--fsdp true on CPU", ["--fsdp", "true"], "FSDP needs GPUs", None),  # read as on, as --help says
@@ -219,6 +226,13 @@ EVALUATE_CASES = [
     ("value of the wrong type", ["--games", "many"], "invalid int value", ""),
     ("out of range", ["--max_new_tokens", "0"], "--max_new_tokens must be at least 1", ""),
     ("unknown option", ["--frobnicate", "1"], "unknown argument '--frobnicate'", ""),
+    (
+        "opening not a word",
+        ["--openings", "words:CRANE,QXZJV"],
+        "--openings: opening",
+        "'QXZJV' is not an allowed word",
+    ),
+    ("opening too long", ["--openings", "answer:6"], "K must be a whole number from 1 to 5", ""),
     ("adapter_config.json not JSON", ["--adapter", "{tmp}/damaged-adapter"], "adapter_config.json is not valid", ""),
     ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON", ""),
     (

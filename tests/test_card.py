@@ -189,18 +189,25 @@ def bar_styles(results) -> dict[str, tuple]:
     return {c.get_label(): (c.patches[0].get_facecolor(), c.patches[0].get_edgecolor()) for c in ax.containers}
 
 
-def test_learning_curve_draws_validation_and_marks_the_final_held_out_point():
+def test_learning_curve_draws_validation_from_both_openings_and_nothing_held_out():
     history = [
-        {"step": step, "val/win_rate": won, "val/inconsistent_rate": 0.3, "heldout/win_rate": 0.5}
+        {
+            "step": step,
+            "val/win_rate": won,
+            "val/contradiction_rate": 0.3,
+            "val_opening/win_rate": won - 0.1,
+            "val_opening/contradiction_rate": 0.4,
+        }
         for step, won in ((0, 0.3), (10, 0.5))
     ]
-    [ax] = learning_curve_figure(history, final=0.6).axes
+    [ax] = learning_curve_figure(history).axes
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "validation secrets, greedy",
-        "validation: inconsistent guesses",
-        "held-out secrets, greedy",
-        "held-out, final evaluation (60.0%)",
+        "validation, its own opening: won",
+        "validation, a random answer first: won",
+        "its own opening: guesses contradicting feedback",
+        "a random answer first: contradicting",
     ]
+    assert [list(line.get_ydata()) for line in ax.lines][1] == [0.2, 0.4]
     assert learning_curve_figure([{"step": 1, "loss": 0.1}]) is None  # no periodic check: no curve
 
 

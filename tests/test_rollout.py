@@ -187,7 +187,8 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
     history = full.state.log_history
     checks = [h for h in history if "val/win_rate" in h]
     assert [h["step"] for h in checks] == [0, 3]  # the learning curve starts before the first step
-    assert all(0 <= h["heldout/win_rate"] <= 1 and 0 <= h["val/invalid_rate"] <= 1 for h in checks)
+    assert all(0 <= h["val_opening/win_rate"] <= 1 and 0 <= h["val/invalid_rate"] <= 1 for h in checks)
+    assert not any(key.startswith("heldout") for h in history for key in h)  # the held-out secrets are never played
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in full.model.named_parameters())  # it learnt
 
     # Killed after step 2's checkpoint, resumed to 3: step 3 plays the same games as the run straight through.

@@ -105,15 +105,15 @@ class ScriptArguments:
     game_openings: float = field(
         default=0.0,
         metadata={
-            "help": "with --rollout game: the share of start states opened by one or two random guesses, so that "
-            "the model learns to read feedback, not to follow its own opening"
+            "help": "with --rollout game: the share of start states opened by one or two random guesses (it "
+            "learns to read feedback, not to follow its opening)"
         },
     )
     game_eval_steps: int = field(
         default=0,
         metadata={
-            "help": "every N steps, play game_eval_games validation secrets greedily (its own opening and a "
-            "random one) and log their rates: the learning curve (0: never)"
+            "help": "every N steps, play game_eval_games validation secrets greedily, from its own opening and a "
+            "random one: the learning curve (0: never)"
         },
     )
     game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
@@ -134,8 +134,8 @@ class ScriptArguments:
     eval_openings: list[str] = field(
         default_factory=lambda: ["own", "answer"],
         metadata={
-            "help": "how the final evaluation's games start, a table each: own, answer, allowed, answer:K, "
-            "allowed:K or words:W1,W2 (as evaluate.py --openings)"
+            "help": "how the final evaluation's games start, a table each (as evaluate.py --openings): own, "
+            "answer, allowed, answer:K, allowed:K, words:W1,W2"
         },
     )
     constrain_vllm: str | None = field(

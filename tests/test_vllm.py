@@ -31,6 +31,7 @@ from transformers import AutoModelForCausalLM
 
 import grpo_train
 from evaluation.run import evaluate_model, select_secrets
+from wordle.openings import Opening
 from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from tinymodel import MODEL_DIR
 from training.config import resolve
@@ -192,6 +193,18 @@ def test_vllm_greedy_games_equal_the_hf_backends(with_adapter, engines, adapter)
     assert served == hf
     if with_adapter:  # the adapter is in play on both sides: some games differ from the base model's
         assert served != replies(evaluate_model(base_engine, tokenizer, GAMES))
+
+
+@pytest.mark.parametrize("spec", ["answer", "allowed:2"])
+def test_vllm_games_from_an_opening_equal_the_hf_backends(spec, engines):
+    base_engine, _, tokenizer = engines
+    model, hf_tokenizer = load_for_inference("tiny", device="cpu")
+    opening = Opening.parse(spec)
+    [hf] = evaluate_model(model, hf_tokenizer, GAMES, opening=opening)
+    [served] = evaluate_model(base_engine, tokenizer, GAMES, opening=opening)
+    assert replies([served]) == replies([hf]) and served.opening == hf.opening == opening.spec
+    assert [g.start for g in served.games] == opening.starts(GAMES) and all(g.start for g in served.games)
+    assert served.metrics["contradiction_rate"] == hf.metrics["contradiction_rate"]
 
 
 def test_vllm_sampling_is_seeded_and_constraints_hold(engines):

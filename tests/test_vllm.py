@@ -31,7 +31,6 @@ from transformers import AutoModelForCausalLM
 
 import grpo_train
 from evaluation.run import evaluate_model, select_secrets
-from wordle.openings import Opening
 from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from tinymodel import MODEL_DIR
 from training.config import resolve
@@ -39,6 +38,7 @@ from training.modeling import load_for_inference, load_generation_side, load_vll
 from wordle import allowed, candidates
 from wordle.completion import parse_completion
 from wordle.decoding import Decoding
+from wordle.openings import Opening
 
 # The embedded model, 2 prompts of 2 completions a step (game mode: 2 games of up to 6 turns), nothing else.
 QUICK = ["--profile", "cpu", "--train_rows", "16", "--per_device_train_batch_size", "4", "--num_generations", "2"]

@@ -49,7 +49,7 @@ def two_process_run(tmp_path_factory) -> tuple[Path, str]:
 def test_two_processes_write_and_log_once(two_process_run):
     out, log = two_process_run
     assert log.count("resolved configuration:") == 1  # INFO from the main process only
-    assert log.count("Before and after training") == 1  # one table
+    assert log.count("Before and after training:") == 2  # one table per opening, from the main process only
     assert log.count("saved the LoRA adapter") == 1
     for name in ("adapter_model.safetensors", "wordle_grpo_config.yaml", "README.md", "train_rows.jsonl"):
         assert (out / name).is_file(), name
@@ -61,8 +61,8 @@ def test_two_processes_write_and_log_once(two_process_run):
 def test_two_processes_share_the_games_and_play_each_once(two_process_run):
     out, _ = two_process_run
     _, before = read_json(out / "eval" / "before.json")
-    _, [after] = read_json(out / "eval" / "after.json")
-    for result in (before[0], after):
+    _, after = read_json(out / "eval" / "after.json")
+    for result in (before[0], before[4], *after):  # each opening's games
         assert [g.secret for g in result.games] == list(grpo_train.select_secrets(6))  # in order, none twice
         assert result.metrics["games"] == 6
 

@@ -411,7 +411,12 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
         "log_history.json",
     }
     _, before = read_json(directory / "before.json")
-    assert [r.label for r in before] == ["before", "solver", "random candidate", "random allowed"]
+    players = ["before", "solver", "random candidate", "random allowed"]
+    assert [(r.label, r.opening) for r in before] == [(p, o) for o in ("own", "answer") for p in players]
+    _, after = read_json(directory / "after.json")
+    assert [(r.label, r.opening) for r in after] == [("after", "own"), ("after", "answer")]
+    # The same random answer opens a secret's game before and after training: the two tables compare like for like.
+    assert [g.start for g in before[4].games] == [g.start for g in after[1].games] and after[1].games[0].start
     assert json.loads((directory / "log_history.json").read_text()) == trainer.state.log_history
     assert "| before |" in (directory / "eval.md").read_text() and "| after |" in (directory / "eval.md").read_text()
 
@@ -420,7 +425,7 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
     real = grpo_train.evaluate_model
     monkeypatch.setattr(grpo_train, "evaluate_model", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
     grpo_train.train(resolve([*argv, "--max_steps", "2", "--resume"]))
-    assert calls == ["after"]
+    assert calls == ["after", "after"]  # once per opening
 
 
 def test_markdown_labels_a_constrained_row_as_such():

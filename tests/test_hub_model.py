@@ -249,8 +249,8 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(hub
     assert "[None]" not in card and "python grpo_train.py --profile cpu" in card and "| before |" in card
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(hub_dir)
     _, before = read_json(out / "eval" / "before.json")
-    _, [after] = read_json(out / "eval" / "after.json")
-    assert before[0].metrics["games"] == after.metrics["games"] == 2
+    _, after = read_json(out / "eval" / "after.json")
+    assert before[0].metrics["games"] == after[0].metrics["games"] == after[1].metrics["games"] == 2
 
     # The merged model: a standalone model in the base's own dtype (bf16), not the profile's fp32.
     merged = AutoModelForCausalLM.from_pretrained(out / "merged", dtype="auto")
@@ -271,15 +271,16 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(hub
     assert grpo_train.main(argv) == 0
     assert (out / "merged" / "config.json").is_file() and not (out / "checkpoint-2").exists()
 
-    # The README's command to redo the table replays the run's own evaluation: same games, model,
+    # The README's command to redo the table replays the run's own evaluation: same games, openings, model,
     # tokens and seed, and the reward curves from the run's log history.
     log = out / "eval" / "log_history.json"
     argv = ["--adapter", str(out), "--no_baselines", "--out", str(tmp_path / "again"), "--train_log", str(log)]
     assert evaluate_cli.main(argv) == 0
     assert (tmp_path / "again" / "rewards.png").is_file()
-    settings, [again] = read_json(tmp_path / "again" / "eval.json")
+    settings, again = read_json(tmp_path / "again" / "eval.json")
     assert settings["max_new_tokens"] == 24 and settings["seed"] == 5 and settings["model"] == str(hub_dir)
-    assert [g.to_dict() for g in again.games] == [g.to_dict() for g in after.games]
+    assert settings["openings"] == ["own", "answer"] == [r.opening for r in again]
+    assert [[g.to_dict() for g in r.games] for r in again] == [[g.to_dict() for g in r.games] for r in after]
 
 
 def test_hub_model_trains_in_game_mode(hub_dir, tmp_path):

@@ -267,7 +267,8 @@ def run(args: EvalArguments, out_console: Console) -> list:
         if args.baselines:
             results += evaluate_baselines(secrets, seed=args.seed, opening=opening)
 
-    for spec, group in by_opening(results).items():
+    groups = by_opening(results)
+    for spec, group in groups.items():
         out_console.print(rich_table(group, title=f"{opening_heading(spec)}, {len(secrets)} full games (95% CI)"))
     for result in results:
         if result.kind == "baseline":
@@ -283,7 +284,7 @@ def run(args: EvalArguments, out_console: Console) -> list:
         notes = [f"{model_note}; {model_decoding.describe()}"]
         write_json(out / "eval.json", results, settings)
         (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
-        first = next(iter(by_opening(results).values()))  # the plots: the first opening's games
+        first = next(iter(groups.values()))  # the plots: the first opening's games
         plot_guess_histogram(first, out / "guesses.png")
         plot_by_turn(first, out / "by_turn.png")
         if args.train_log and plot_reward_curves(args.train_log, out / "rewards.png") is None:

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from wordle.feedback import score_guess
+from wordle.game import History
 from wordle.words import MAX_GUESSES, allowed, answers, is_allowed, normalize_word
 
-History = tuple[tuple[str, str], ...]
 DRAWN = ("answer", "allowed")
-KINDS = ("own", *DRAWN, "words")
 SPELLING = "own, answer, allowed, answer:K, allowed:K or words:W1,W2,..."
 
 

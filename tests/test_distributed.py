@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,48 @@ def test_resuming_on_another_number_of_processes_warns(two_process_run):
     assert "checkpoint-2 was trained on 2 processes (effective batch 16); resuming on 1 changes it to 8" in (
         " ".join(proc.stderr.split())  # rich wraps long log lines
     )
+
+
+# Game mode, the cpu profile's default: games end at different turns on different processes, yet every
+# collective of the step (the loss's gathers, DDP's gradient all-reduce) sees the same shapes everywhere.
+GAME_RUN = ["--profile", "cpu", "--max_steps", "3", "--save_steps", "1", "--eval_games", "4"]
+ADAPTER = "adapter_model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def two_process_games(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("ddp-game") / "out"
+    proc = run([*GAME_RUN, "--output_dir", str(out), "--merge", "true"], processes=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout + proc.stderr
+
+
+def test_game_mode_on_two_processes_trains_evaluates_and_merges_once(two_process_games):
+    out, log = two_process_games
+    assert log.count("resolved configuration:") == 1
+    assert log.count("Before and after training:") == 2 and log.count("saved the LoRA adapter") == 1
+    assert log.count("step 3/3 |") == 1  # one progress line per step, from the main process
+    assert (out / "merged" / "config.json").is_file()
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    steps = [e for e in state["log_history"] if "game/win_rate" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3] and all(0 <= e["game/win_rate"] <= 1 for e in steps)
+    record = json.loads((out / "checkpoint-3" / distributed.PROCESSES_FILE).read_text())
+    assert record == {"processes": 2, "effective_batch": 2 * 8 * 12}  # each: 4 start states x 6 slots x 4 games
+
+
+def test_game_mode_on_two_processes_repeats_byte_for_byte_and_resumes_exactly(two_process_games, tmp_path):
+    out, _ = two_process_games
+    again = run([*GAME_RUN, "--output_dir", str(tmp_path / "again"), "--skip_eval", "true"], processes=2)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "again" / ADAPTER).read_bytes() == (out / ADAPTER).read_bytes()
+    # What a kill after step 2's checkpoint leaves behind, resumed: step 3 trains as the run straight through.
+    cut = tmp_path / "cut"
+    for step in (1, 2):
+        shutil.copytree(out / f"checkpoint-{step}", cut / f"checkpoint-{step}")
+    resumed = run([*GAME_RUN, "--output_dir", str(cut), "--skip_eval", "true", "--resume"], processes=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumingfrom" in "".join((resumed.stdout + resumed.stderr).split())
+    assert (cut / ADAPTER).read_bytes() == (out / ADAPTER).read_bytes()
 
 
 def test_a_second_live_run_into_the_same_directory_is_refused(tmp_path, capsys):

@@ -17,7 +17,7 @@ import grpo_train
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
 from training.config import ConfigError, resolve
 from training.data import make_row
-from training.rollout import SLOTS, GameRollout, lone_turn_share
+from training.rollout import SLOTS, GameRollout, KeptRows, kept_rows, lone_turn_share
 from training.summary import summary
 from training.trainer import drop_placeholders, trim_padding
 from wordle import MAX_GUESSES, history_for
@@ -253,15 +253,15 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
     tokens = out["completion_mask"].bool() & live[:, None]
     # The rollout told the scoring pass which rows are placeholders: beside live rows the reference log-probs are
     # 0 there (a micro-batch of placeholders alone is scored whole, as the loss takes it whole; all masked out).
-    assert trainer.rollout_live is None  # and only for that pass
+    assert trainer.rollout_kept is None  # and only for that pass
     beside_live = live.view(-1, size).any(1).repeat_interleave(size)
     assert not out["ref_per_token_logps"][~live & beside_live].any() and out["ref_per_token_logps"][tokens].any()
     with torch.no_grad():
-        trainer.rollout_live = live.tolist()
+        trainer.rollout_kept = KeptRows.of(live.tolist(), size)
         try:
             scored_logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, size)
         finally:
-            trainer.rollout_live = None
+            trainer.rollout_kept = None
         padded, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, width, size)
         # The same log-probs as TRL's padded pass over every row, up to float rounding ...
         assert torch.allclose(scored_logps[tokens], padded[tokens], atol=1e-4)
@@ -282,6 +282,25 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
             assert torch.equal(got, rows[:, : got.size(1)])
             assert not rows[:, got.size(1) :].any()  # padding columns: zeros
     assert mixed  # the batch did hold micro-batches of live rows and placeholders
+
+
+@pytest.mark.parametrize(
+    ("live", "keep", "rows"),
+    [
+        ("1101", 3, [0, 1, 3]),  # one process: its live rows
+        ("1101", 4, None),  # every row
+        ("1000", 3, [0, 1, 2]),  # another process has 3 live rows here: 2 placeholders join, in order
+        ("0010", 2, [0, 2]),
+        ("0000", 2, [0, 1]),  # no live row here, 2 on another process: 2 placeholders
+        ("0000", 0, None),  # no live row on any process: kept whole, so that no pass is empty
+        ("1111", 4, None),
+    ],
+)
+def test_each_micro_batch_keeps_as_many_rows_as_the_fullest_process(live, keep, rows):
+    got = kept_rows(torch.tensor([c == "1" for c in live]), keep)
+    assert (got if got is None else got.tolist()) == rows
+    kept = KeptRows.of([c == "1" for c in live * 2], size=4)  # one process: each micro-batch's own count
+    assert kept.counts == [live.count("1")] * 2
 
 
 def test_leaving_out_placeholders_changes_neither_the_loss_nor_its_gradient(scored):

@@ -199,12 +199,18 @@ def unshard(mine: list[T]) -> list[T]:
 
 def max_over_processes(value: float) -> float:
     """The largest ``value`` of any process (each must call this at the same point)."""
+    return max_each_over_processes([value])[0]
+
+
+def max_each_over_processes(values: Sequence[float]) -> list[float]:
+    """Position by position, the largest of every process's ``values`` (each must call this at the same
+    point, with as many values)."""
     state = PartialState()
     if state.num_processes == 1:
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=state.device)
+        return list(values)
+    tensor = torch.tensor(list(values), dtype=torch.float64, device=state.device)
     torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-    return float(tensor.item())
+    return tensor.tolist()
 
 
 class OutputLock:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -142,7 +143,8 @@ class GameRollout:
         log_game_metrics(trainer, games, generations)
         out = self.layout(games, player.records, generations, trainer.eos_token_ids[0])
         # For the trainer's scoring pass, which skips placeholders as the loss does (its inputs hold no env_mask).
-        trainer.rollout_live = [bool(mask[0]) for mask in out["env_mask"]]
+        live = [bool(mask[0]) for mask in out["env_mask"]]
+        trainer.rollout_kept = KeptRows.of(live, trainer.args.per_device_train_batch_size)
         return out
 
     def layout(self, games: Sequence[Game], records: dict, generations: int, eos_id: int) -> dict[str, list]:
@@ -183,6 +185,46 @@ class GameRollout:
                     out["game_won"].append(game.won)
                     out["game_guesses"].append(game.guesses)
         return out
+
+
+@dataclass(frozen=True)
+class KeptRows:
+    """The rows of a game batch that the loss's micro-batches (and the scoring pass's chunks, alike) keep.
+
+    A placeholder carries no loss token, yet costs a forward and a backward pass at its micro-batch's
+    width, so each micro-batch of ``size`` rows leaves its placeholders out. But TRL's loss gathers one
+    value per row across processes (its clipping metrics), and games end at different turns on
+    different processes: every process keeps as many rows as the one with the most live rows, its own
+    live rows and then placeholders. On one process that is its live rows, no more.
+    """
+
+    live: list[bool]  # per row of the batch: a live turn (True) or a placeholder
+    counts: list[int]  # per micro-batch: how many rows it keeps
+    size: int  # rows per micro-batch
+
+    @classmethod
+    def of(cls, live: Sequence[bool], size: int) -> KeptRows:
+        """The rows kept when ``live`` is this process's batch (a collective: every process calls it)."""
+        own = [sum(live[start : start + size]) for start in range(0, len(live), size)]
+        counts = [int(n) for n in distributed.max_each_over_processes(own)]
+        return cls(list(live), counts, size)
+
+    def rows(self, chunk: int) -> torch.Tensor | None:
+        """The indices the ``chunk``-th micro-batch keeps, or None when it keeps every row."""
+        live = self.live[chunk * self.size : (chunk + 1) * self.size]
+        return kept_rows(torch.tensor(live), self.counts[chunk])
+
+
+def kept_rows(live: torch.Tensor, keep: int) -> torch.Tensor | None:
+    """The indices of ``keep`` rows of a micro-batch: its live rows, then the first placeholders, in
+    their order; or None to keep it whole. Whole when it would keep every row, and when no process has
+    a live row there (a micro-batch of placeholders alone, two tokens wide once trimmed, so that no pass
+    is empty)."""
+    if keep == 0 or keep >= len(live):
+        return None
+    placeholders = (~live).nonzero().flatten()
+    rows = torch.cat([live.nonzero().flatten(), placeholders[: keep - int(live.sum())]])
+    return rows.sort().values
 
 
 def _rng_devices(trainer: Any) -> list:

@@ -22,7 +22,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from training import distributed
 from training.device import memory_source, peak_memory_mb
-from training.rollout import GameCheck, GameRollout, quiet_placeholder_warning
+from training.rollout import GameCheck, GameRollout, KeptRows, kept_rows, quiet_placeholder_warning
 
 
 class WordleGRPOTrainer(GRPOTrainer):
@@ -39,7 +39,8 @@ class WordleGRPOTrainer(GRPOTrainer):
     ) -> None:
         self.game_rollout, self.check, self.check_steps = rollout, check, check_steps
         self.rollout_rows: list[dict] = []
-        self.rollout_live: list[bool] | None = None
+        self.rollout_kept: KeptRows | None = None  # set by the rollout, for its batch's scoring pass only
+        self._micro_kept: KeptRows | None = None  # the same, kept for the loss's micro-batches
         if rollout is not None:
             # TRL warns once that rollout_func is experimental; this project pins the TRL it was built on.
             os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -78,7 +79,11 @@ class WordleGRPOTrainer(GRPOTrainer):
         if self._step % every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
             micro = split_tensor_dict(batch, self.args.steps_per_generation)
-            self._buffered_inputs = [trim_padding(drop_placeholders(b)) for b in micro]
+            kept = self._micro_kept
+            self._buffered_inputs = [
+                trim_padding(drop_placeholders(b, None if kept is None else kept.counts[k]))
+                for k, b in enumerate(micro)
+            ]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _get_per_token_logps_and_entropies(
@@ -95,9 +100,9 @@ class WordleGRPOTrainer(GRPOTrainer):
         # third less on the main job. Its chunks are those micro-batches (the same per_device_train_batch_size
         # rows, in order), so reference and policy see identical inputs and the first step's KL is exactly 0.
         batch_size = batch_size or input_ids.size(0)
-        live = self.rollout_live  # set for a rollout's scoring pass only: the loss's micro-batches hold live rows
-        if live is None or len(live) != input_ids.size(0):
-            live = [True] * input_ids.size(0)
+        kept = self.rollout_kept  # set for a rollout's scoring pass only: the loss's micro-batches keep these rows
+        if kept is not None and (len(kept.live) != input_ids.size(0) or kept.size != batch_size):
+            kept = None
         logps, entropies, aux = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
@@ -105,7 +110,7 @@ class WordleGRPOTrainer(GRPOTrainer):
             # The placeholders of games that had ended are left out as the loss leaves them out
             # (drop_placeholders), so that both passes still see identical inputs; their log-probs are
             # masked out of every sum, so zeros stand in for them.
-            rows = _kept_rows(torch.tensor(live[start : start + batch_size]))
+            rows = None if kept is None else kept.rows(start // batch_size)
             if rows is not None:
                 ids, mask = ids[rows], mask[rows]
             used = mask.any(0).nonzero()
@@ -130,7 +135,8 @@ class WordleGRPOTrainer(GRPOTrainer):
         try:
             return super()._generate_and_score_completions(inputs)
         finally:
-            self.rollout_live = None  # set by the rollout for this batch's scoring only
+            # Set by the rollout for this batch's scoring, and kept for its micro-batches only.
+            self._micro_kept, self.rollout_kept = self.rollout_kept, None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -145,14 +151,6 @@ class WordleGRPOTrainer(GRPOTrainer):
 _FLAGS = ("compute_entropy", "compute_aux_loss")
 
 
-def _kept_rows(live: torch.Tensor) -> torch.Tensor | None:
-    """The indices of a chunk's live rows, or None to keep it whole: when every row is live, and when none
-    is (a chunk of placeholders only, two tokens wide once trimmed, so that no pass is empty). The loss's
-    micro-batches (drop_placeholders) and the scoring pass's chunks both choose by it, so they stay alike."""
-    rows = live.nonzero().flatten()
-    return rows if 0 < len(rows) < len(live) else None
-
-
 def _widen(values: torch.Tensor, cut: int, rows: torch.Tensor | None, size: int) -> torch.Tensor:
     """A chunk's per-token values back at its full width (zeros in the padding columns cut off) and
     height (zeros in the rows left out): positions every loss and metric masks out."""
@@ -164,15 +162,17 @@ def _widen(values: torch.Tensor, cut: int, rows: torch.Tensor | None, size: int)
     return full
 
 
-def drop_placeholders(batch: dict) -> dict:
+def drop_placeholders(batch: dict, keep: int | None = None) -> dict:
     """The micro-batch without its rows that carry no loss token: in game mode, the placeholders of
     games that had ended (``training/rollout.py``), which still cost a forward and a backward pass at
     the micro-batch's width. The loss is unchanged: TRL's normalizer counts the generation batch's
-    tokens, and every masked row adds 0. Which rows stay: ``_kept_rows``."""
+    tokens, and every masked row adds 0. It keeps ``keep`` rows (default: its live rows), as
+    ``KeptRows`` counts them."""
     mask = batch["completion_mask"]
     if "tool_mask" in batch:
         mask = mask * batch["tool_mask"]
-    keep = _kept_rows(mask.any(1))
+    live = mask.any(1)
+    keep = kept_rows(live, int(live.sum()) if keep is None else keep)
     if keep is None:
         return batch
     rows = mask.size(0)

@@ -28,7 +28,8 @@ by the run's seed, the step and the process, so a resumed run plays the same gam
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,17 +61,42 @@ class PolicyPlayer:
     def __init__(self, trainer: Any, decoding: Decoding | None = None) -> None:
         self.trainer, self.decoding = trainer, decoding
         self.records: dict[tuple[int, int], tuple[list[int], list[int], list[float]]] = {}
+        self.lockstep = self.decoding is None and in_lockstep(trainer)
 
     def replies(self, views: Sequence[GameView]) -> list[str]:
         trainer = self.trainer
         prompt_ids = trainer._tokenize_prompts([v.prompt for v in views])[0]
-        if trainer.use_vllm and self.decoding is None:
+        if self.lockstep:
+            completion_ids, logprobs = self._generate_in_lockstep(prompt_ids)
+        elif trainer.use_vllm and self.decoding is None:
             completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, 1)
         else:
             completion_ids, logprobs = self._generate(prompt_ids)
         for view, prompt, completion, logps in zip(views, prompt_ids, completion_ids, logprobs, strict=True):
             self.records[(view.game, view.turn)] = (list(prompt), list(completion), list(logps))
         return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+
+    def _generate_in_lockstep(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        # TRL's generate call is a collective here that splits its result as if every process had sent as
+        # many prompts: each turn, every process sends the most any process has, padded with copies.
+        width = self._turn_width(len(prompt_ids))
+        padded = prompt_ids + [prompt_ids[0]] * (width - len(prompt_ids))
+        completion_ids, logprobs = self.trainer._generate_single_turn(padded, None, {}, 1)
+        return completion_ids[: len(prompt_ids)], logprobs[: len(prompt_ids)]
+
+    def finish(self) -> None:
+        """In lockstep, take part in the turns that other processes' games still play, with placeholder
+        prompts, until every process's games are over (the turns of a game end when it is won)."""
+        if not self.lockstep:
+            return
+        placeholder = [self.trainer.eos_token_ids[0]]
+        while width := self._turn_width(0):
+            self.trainer._generate_single_turn([placeholder] * width, None, {}, 1)
+
+    @staticmethod
+    def _turn_width(prompts: int) -> int:
+        """The most prompts any process sends this turn (0 once every process's games are over)."""
+        return int(distributed.max_over_processes(prompts))
 
     def _config(self) -> GenerationConfig:
         config = GenerationConfig.from_dict(self.trainer.generation_config.to_dict())
@@ -114,6 +140,41 @@ class PolicyPlayer:
         return completions, logprobs
 
 
+@contextmanager
+def awake_for_the_step(trainer: Any) -> Iterator[None]:
+    """Colocated vLLM in sleep mode stays awake for all the turns of a game step, then sleeps.
+
+    TRL puts it to sleep after every generate call (level 2, which discards the weights) and pushes
+    the weights again at the next one: a step that plays six turns would pay six pushes. TRL has
+    pushed this step's weights before it called the rollout (``_generate``); the pushes are counted in
+    tests/test_lockstep.py.
+    """
+    vllm = getattr(trainer, "vllm_generation", None) if trainer.use_vllm else None
+    if vllm is None or vllm.mode != "colocate" or not vllm.enable_sleep_mode:
+        yield
+        return
+    if vllm._llm_weights_sleeping:
+        vllm.sync_weights()  # wakes the weights and pushes the current ones
+    vllm.llm.wake_up(tags=["kv_cache"])
+    vllm.enable_sleep_mode = False  # so that TRL's generate neither wakes nor sleeps between turns
+    try:
+        yield
+    finally:
+        vllm.enable_sleep_mode = True
+        vllm.llm.sleep(level=2)
+        vllm._llm_weights_sleeping = True
+
+
+def in_lockstep(trainer: Any) -> bool:
+    """Whether every turn's generate call is a collective across processes: TRL's vLLM server mode (the
+    main process sends every process's prompts and hands each its share back) and colocated vLLM split
+    over several devices (tensor parallel). Otherwise each process generates alone, for as many turns
+    as its own games last."""
+    args = trainer.args
+    shared = args.vllm_mode == "server" or args.vllm_tensor_parallel_size > 1
+    return bool(trainer.use_vllm) and shared and trainer.accelerator.num_processes > 1
+
+
 def _generator_seed(seed: int, step: int, process: int) -> int:
     return (seed * 1_000_003 + step * 7_919 + process) % 2**63
 
@@ -137,9 +198,10 @@ class GameRollout:
         histories = [row_history(f"row {i}", row["past_guess_history"]) for i, row in enumerate(starts)]
         player = PolicyPlayer(trainer)
         step, process = trainer.state.global_step, trainer.accelerator.process_index
-        with torch.random.fork_rng(devices=_rng_devices(trainer)):
+        with torch.random.fork_rng(devices=_rng_devices(trainer)), awake_for_the_step(trainer):
             torch.manual_seed(_generator_seed(trainer.args.seed, step, process))
             games = play(player, secrets, histories)
+            player.finish()
         log_game_metrics(trainer, games, generations)
         out = self.layout(games, player.records, generations, trainer.eos_token_ids[0])
         # For the trainer's scoring pass, which skips placeholders as the loss does (its inputs hold no env_mask).

@@ -73,6 +73,7 @@ from training.config import (
 from training.data import (
     build_rows,
     check_reply_fits,
+    check_rows_fill_a_step,
     drop_long_prompts,
     game_starts,
     held_out_rows,
@@ -90,7 +91,7 @@ from training.modeling import (
     model_source,
     reloadable_vllm_cpu_weights,
 )
-from training.rollout import SLOTS, GameCheck, GameRollout
+from training.rollout import GameCheck, GameRollout
 from training.summary import eval_settings, to_yaml
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
@@ -138,6 +139,13 @@ def plan(resolved: Resolved) -> Plan:
             rows = load_rows(script.dataset)
         except ValueError as exc:
             raise ConfigError(f"dataset {script.dataset}: {exc}") from None
+    game = script.rollout == "game"
+    if rows is not None:
+        check_rows_fill_a_step(len(rows), resolved.training, game)
+    else:  # the rows this run builds: a start state per training secret, or --train_rows game states
+        check_rows_fill_a_step(
+            len(train_secrets(script.secrets)) if game else script.train_rows, resolved.training, game
+        )
     out, checkpoint, done = check_output_dir(resolved)
     return Plan(source, out, checkpoint, rows, done)
 
@@ -352,12 +360,7 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
     rows = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
     if len(rows) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
-    starts = args.generation_batch_size // (args.num_generations * SLOTS)
-    if script.rollout == "game" and len(rows) < starts:
-        raise ConfigError(
-            f"a game step plays {starts} start states, and the dataset has {len(rows)}: add rows, or lower "
-            "--per_device_train_batch_size or --gradient_accumulation_steps"
-        )
+    check_rows_fill_a_step(len(rows), args, game=script.rollout == "game")  # some prompts may have been too long
     return rows
 
 

@@ -66,6 +66,10 @@ TRAIN_CASES = [
     ),
     ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
     ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
+    ("secret not a word", ["--dataset", "{tmp}/zzzzz.jsonl"], "line 1: secret ZZZZZ is not an allowed word", "words"),
+    ("guess not a word", ["--dataset", "{tmp}/qxzjv.jsonl"], "guess QXZJV is not an allowed word", "words"),
+    ("dataset too small for a step", ["--dataset", "{tmp}/one.jsonl"], "one step takes 4 start states, and", "one"),
+    ("negative step count", ["--max_steps", "-5"], "--max_steps must be positive", None),
     ("empty dataset file", ["--dataset", "{tmp}/empty.jsonl"], "empty.jsonl: the file is empty", "empty"),
     ("CSV dataset of a header alone", ["--dataset", "{tmp}/header.csv"], "the file is empty", "empty"),
     ("dataset is a directory", ["--dataset", "{tmp}"], "a directory, not a dataset file", None),
@@ -124,6 +128,11 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
             '\n{"secret": "SLATE", "past_guess_history": []}\n'
             '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n',
         )
+    elif kind == "words":  # five letters, but no words: a typo, or a dataset made for another word list
+        write(tmp / "zzzzz.jsonl", '{"secret": "ZZZZZ", "past_guess_history": []}\n')
+        write(tmp / "qxzjv.jsonl", '{"secret": "SLATE", "past_guess_history": [["QXZJV", "BBBBB"]]}\n')
+    elif kind == "one":  # game mode takes 4 start states a step
+        write(tmp / "one.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n')
     elif kind == "empty":
         write(tmp / "empty.jsonl", "\n")
         write(tmp / "header.csv", "secret,past_guess_history\n")

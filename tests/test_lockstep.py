@@ -64,9 +64,9 @@ class FakeTrainer:
 def generation(accelerator, mode: str, **fields) -> VLLMGeneration:
     """TRL's VLLMGeneration without its vLLM: its own generate and sync_weights, on fakes."""
     gen = object.__new__(VLLMGeneration)
-    settings = dict(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0, logprobs=0)
-    settings |= dict(max_completion_length=48, structured_outputs_regex=None, generation_kwargs={})
-    settings |= dict(tensor_parallel_size=1, enable_sleep_mode=False, _llm_weights_sleeping=False)
+    settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "logprobs": 0}
+    settings |= {"max_completion_length": 48, "structured_outputs_regex": None, "generation_kwargs": {}}
+    settings |= {"tensor_parallel_size": 1, "enable_sleep_mode": False, "_llm_weights_sleeping": False}
     vars(gen).update(settings, mode=mode, accelerator=accelerator, **fields)
     return gen
 
@@ -81,7 +81,11 @@ class FakeClient:
         assert n == 1
         self.sent.append(len(prompts))
         completions = [reply(p) for p in prompts]
-        return {"prompt_ids": prompts, "completion_ids": completions, "logprobs": [[[-0.5]] * len(c) for c in completions]}
+        return {
+            "prompt_ids": prompts,
+            "completion_ids": completions,
+            "logprobs": [[[-0.5]] * len(c) for c in completions],
+        }
 
 
 # Process 0's games end at turns 1 and 3, process 1's at turns 2 and 6 (a secret never guessed).

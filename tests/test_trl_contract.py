@@ -41,7 +41,11 @@ ATTRIBUTES = [
     (GRPOTrainer, "_tokenizer", "training/rollout.py: its pad token"),
     (GRPOTrainer, "_step", "training/trainer.py _prepare_inputs: the micro-batch to hand out"),
     (GRPOTrainer, "_buffered_inputs", "training/trainer.py _prepare_inputs"),
-    (GRPOTrainer, "_last_loaded_step", "training/rollout.py awake_for_the_step: TRL pushes weights before rollout_func"),
+    (
+        GRPOTrainer,
+        "_last_loaded_step",
+        "training/rollout.py awake_for_the_step: TRL pushes weights before rollout_func",
+    ),
     (GRPOTrainer, "rollout_func", "training/trainer.py: game mode's rollouts"),
     (GRPOTrainer, "vllm_generation", "training/rollout.py awake_for_the_step"),
     (GRPOTrainer, "eos_token_ids", "training/rollout.py"),

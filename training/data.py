@@ -26,6 +26,7 @@ from wordle import (
     allowed,
     candidates,
     eval_secrets,
+    is_allowed,
     parse_feedback,
     render_prompt,
     row_history,
@@ -176,6 +177,13 @@ def validate_rows(
                 raise ValueError(f"{where(i)}: missing field {field!r}")
         secret = row_secret(where(i), row["secret"])
         history = row_history(where(i), row["past_guess_history"])
+        # Any word the rewards and the evaluation would refuse as a guess is no game: a typo, or a dataset
+        # made for another word list.
+        if not is_allowed(secret):
+            raise ValueError(f"{where(i)}: secret {secret} is not an allowed word (wordle/data/wordle_allowed.txt)")
+        unknown = next((g for g, _ in history if not is_allowed(g)), None)
+        if unknown is not None:
+            raise ValueError(f"{where(i)}: past_guess_history guess {unknown} is not an allowed word")
         for guess, pattern in history:
             if score_guess(guess, secret) != pattern:
                 raise ValueError(
@@ -264,6 +272,21 @@ def save_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     else:
         raise ValueError(f"dataset file {path}: can only write .jsonl or .parquet")
     return path
+
+
+def check_rows_fill_a_step(rows: int, args: Any, game: bool) -> None:
+    """ConfigError unless ``rows`` fill one step: TRL's sampler drops a last partial batch, so a dataset
+    smaller than one step would train no step at all, in silence. A step takes ``generation_batch_size``
+    completions over every process: a prompt's ``num_generations`` replies (turn mode), or a start state's
+    games, one sample per turn slot (game mode)."""
+    per_row = args.num_generations * (MAX_GUESSES if game else 1)
+    needed = args.generation_batch_size // per_row
+    if rows < needed:
+        kind = "start states" if game else "game states"
+        raise ConfigError(
+            f"one step takes {needed} {kind}, and the data has {rows}: add rows, or lower "
+            "--per_device_train_batch_size or --gradient_accumulation_steps"
+        )
 
 
 def check_reply_fits(tokenizer: Any, max_completion_length: int) -> None:

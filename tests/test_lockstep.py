@@ -174,7 +174,9 @@ class Engine:
 def test_sleep_mode_pushes_the_weights_once_per_game_step():
     pytest.importorskip("vllm")  # TRL's colocate path builds vLLM's SamplingParams
     engine = Engine()
-    gen = generation(PartialState(cpu=True), "colocate", llm=engine, enable_sleep_mode=True)
+    gen = generation(
+        PartialState(cpu=True), "colocate", llm=engine, enable_sleep_mode=True, model=torch.nn.Linear(1, 1)
+    )
     gen._iter_named_params = lambda: iter([("weight", torch.zeros(1))])
     trainer = FakeTrainer(gen, mode="colocate")
     trainer.num_generations, trainer.rollout_rows = 1, [{"secret": "QUERY", "past_guess_history": []}] * MAX_GUESSES

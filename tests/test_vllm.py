@@ -19,6 +19,7 @@ vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
 pytest.importorskip("vllm")
 
 # After the skips: the main suite has no vLLM.
+import json
 import socket
 import subprocess
 import sys
@@ -148,6 +149,44 @@ def test_colocated_vllm_generates_with_the_trained_weights(rollout, constrain, t
         words = set(allowed())
         bad = [r for r in watch.replies if (parse_completion(r) or "").upper() not in words]
         assert not bad, f"{len(bad)} of {len(watch.replies)} constrained replies are not an allowed guess: {bad[:3]}"
+
+
+# Each process of a torchrun launch: the training above, watched, its checks written where the test reads them.
+WATCHED_WORKER = """
+import json, os, sys
+sys.path[:0] = [{root!r}, {tests!r}]
+import pytest
+import grpo_train
+from test_vllm import Watch
+
+watch = Watch(pytest.MonkeyPatch())
+code = grpo_train.main(sys.argv[1:])
+with open(os.path.join({out!r}, "checks-" + os.environ["RANK"] + ".json"), "w") as f:
+    json.dump({{"checks": watch.checks, "replies": len(watch.replies)}}, f)
+sys.exit(code)
+"""
+
+
+def test_game_mode_with_colocated_vllm_on_two_processes_trains_with_the_trained_weights(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    out, worker = tmp_path / "out", tmp_path / "worker.py"
+    worker.write_text(WATCHED_WORKER.format(root=str(root), tests=str(root / "tests"), out=str(tmp_path)))
+    argv = [*QUICK, "--rollout", "game", "--save_steps", "2", "--output_dir", str(out), "--use_vllm", "true"]
+    argv += ["--vllm_mode", "colocate"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    proc = subprocess.run(
+        [*launcher, str(worker), *argv], cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):  # each process's own vLLM, synced with the weights both processes trained alike
+        record = json.loads((tmp_path / f"checks-{rank}.json").read_text())
+        after_update = [(step, worst) for step, worst, trained in record["checks"] if step >= 1 and trained]
+        assert record["replies"] and after_update, record
+        assert all(worst == 0.0 for _, worst in after_update), f"process {rank}: {record['checks']}"
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "game/win_rate" in e] == [1, 2]
 
 
 # --- evaluate.py --backend vllm ---------------------------------------------------------------------

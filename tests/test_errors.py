@@ -64,6 +64,12 @@ TRAIN_CASES = [
         "server over NCCL, which needs a CUDA GPU (device cpu): use --vllm_mode colocate",
         None,
     ),
+    (
+        "4-bit with vLLM off a GPU",
+        ["--load_in_4bit", "true", "--use_vllm", "true"],
+        "4-bit weights with vLLM need a CUDA GPU: vLLM on cpu cannot load",
+        None,
+    ),
     ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
     ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
     ("secret not a word", ["--dataset", "{tmp}/zzzzz.jsonl"], "line 1: secret ZZZZZ is not an allowed word", "words"),

@@ -279,7 +279,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     _old_names(argv, values, train_kw, notes)
     _check_ranges(script, train_kw, model_kw)
     _constrain_vllm(script, train_kw, notes)
-    _vllm_on_device(script, train_kw, notes)
+    _vllm_on_device(script, train_kw, model_kw, notes)
     _rewards(script, train_kw, notes)
     trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
     if script.secrets not in trainable:
@@ -337,7 +337,9 @@ def _constrain_vllm(script: ScriptArguments, train_kw: dict[str, Any], notes: li
     notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
 
 
-def _vllm_on_device(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+def _vllm_on_device(
+    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str]
+) -> None:
     """What TRL's vLLM modes need of the device, checked before vLLM starts (and fails deep inside it).
 
     Server mode sends the trained weights to the server over NCCL, which only CUDA has. Sleep mode
@@ -350,6 +352,11 @@ def _vllm_on_device(script: ScriptArguments, train_kw: dict[str, Any], notes: li
         raise ConfigError(
             f"vLLM server mode sends weights to the server over NCCL, which needs a CUDA GPU (device {script.device}): "
             "use --vllm_mode colocate"
+        )
+    if model_kw.get("load_in_4bit") and not gpu:
+        raise ConfigError(
+            f"4-bit weights with vLLM need a CUDA GPU: vLLM on {script.device} cannot load bitsandbytes quantization; "
+            "pass --load_in_4bit false or --use_vllm false"
         )
     if train_kw.get("vllm_enable_sleep_mode") and not gpu:
         train_kw["vllm_enable_sleep_mode"] = False

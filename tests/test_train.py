@@ -3,6 +3,7 @@ and every error a user can cause, each one line."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -292,3 +293,29 @@ def test_the_readme_main_job_trains_the_embedded_model_to_a_saved_adapter(tmp_pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(MODEL_DIR), out)
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in loaded.named_parameters())
+
+
+def test_a_disk_that_fills_during_a_save_is_one_line_and_a_resume_finishes(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    argv = [*QUICK, "--output_dir", str(out), "--max_steps", "3", "--save_steps", "1", "--skip_eval", "true"]
+    real = grpo_train.WordleGRPOTrainer._save_optimizer_and_scheduler
+
+    def full_at_step_2(trainer, output_dir):
+        if trainer.state.global_step == 2:  # the weights are written, the optimizer's state is not
+            raise OSError(errno.ENOSPC, "No space left on device", str(Path(output_dir) / "optimizer.pt"))
+        real(trainer, output_dir)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(grpo_train.WordleGRPOTrainer, "_save_optimizer_and_scheduler", full_at_step_2)
+        assert grpo_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: the disk filled while saving checkpoint-2") and "rerun with --resume" in line
+    assert not (out / "checkpoint-2").exists()  # the half-written one is gone, the earlier one whole
+    assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())["global_step"] == 1
+    assert distributed.OutputLock(out).holder() is None
+
+    assert grpo_train.main([*argv, "--resume"]) == 0  # space is back
+    assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
+    assert (out / "adapter_model.safetensors").is_file()

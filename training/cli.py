@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from training.config import ConfigError
+from training.config import DISK_FULL, ConfigError
 
 HELP_ALL = "--help-all"
 
@@ -94,5 +94,11 @@ def run_cli(body: Callable[[], object]) -> int:
         body()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # any other write that ran out of space: the adapter, the evaluation's files
+        if exc.errno not in DISK_FULL:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"error: the disk filled{where} ({exc.strerror}): free space, then rerun with --resume", file=sys.stderr)
         return 2
     return 0

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import difflib
 import enum
+import errno
 import logging
 import math
 import os
@@ -53,6 +54,9 @@ VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT = "VLLM_CPU_KVCACHE_SPACE", "1"
 
 class ConfigError(ValueError):
     """A user error in the configuration: reported as one line, never a traceback."""
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # an OSError's errno when no space is left, or the user's quota is spent
 
 
 @dataclass

@@ -14,6 +14,8 @@ difference against a bare GRPOTrainer).
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import torch
 from transformers import ProgressCallback, TrainerCallback
@@ -21,6 +23,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from training import distributed
+from training.config import DISK_FULL, ConfigError
 from training.device import memory_source, peak_memory_mb
 from training.rollout import GameCheck, GameRollout, KeptRows, kept_rows, quiet_placeholder_warning
 
@@ -137,6 +140,22 @@ class WordleGRPOTrainer(GRPOTrainer):
         finally:
             # Set by the rollout for this batch's scoring, and kept for its micro-batches only.
             self._micro_kept, self.rollout_kept = self.rollout_kept, None
+
+    def _save_checkpoint(self, model, trial) -> None:
+        try:
+            super()._save_checkpoint(model, trial)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            # Half a checkpoint: --resume would skip it, and it holds space the rerun needs. The earlier
+            # checkpoints are whole (transformers rotates them out only after a save succeeds).
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            if self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise ConfigError(
+                f"the disk filled while saving {folder.name} in {folder.parent} ({exc.strerror}); removed that "
+                "half-written checkpoint, the earlier ones are intact: free space, then rerun with --resume"
+            ) from None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:

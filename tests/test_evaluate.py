@@ -28,6 +28,7 @@ from evaluation import (
 from evaluation.metrics import by_turn, reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
+from evaluation.vllm_backend import same_model, server_url
 from rewards import REWARD_FUNCS, TURN_REWARDS
 from tinymodel.build import build
 from training.config import resolve
@@ -439,3 +440,24 @@ def test_markdown_labels_a_constrained_row_as_such():
     md = markdown(rows, replays=1)
     assert md.count("\n| model") == 2 and "not its own skill" in md
     assert "## Replays: model (constrained: allowed words)" in md
+
+
+@pytest.mark.parametrize(
+    ("typed", "url"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("127.0.0.1:8000", "http://127.0.0.1:8000"),  # no scheme
+        ("http://gpu-box:8000/v1", "http://gpu-box:8000"),  # the OpenAI base URL
+        ("https://host/v1/ ", "https://host"),
+    ],
+)
+def test_a_vllm_server_url_as_users_type_it(typed, url):
+    assert server_url(typed) == url
+
+
+def test_the_served_model_is_checked_by_name_or_by_directory(tmp_path):
+    (tmp_path / "qwen").mkdir()
+    assert same_model("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert same_model(str(tmp_path / "qwen"), str(tmp_path / "." / "qwen"))
+    assert not same_model("Qwen/Qwen2.5-0.5B-Instruct", str(tmp_path / "qwen"))
+    assert not same_model(str(tmp_path / "qwen"), str(tmp_path))

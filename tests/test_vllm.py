@@ -305,3 +305,8 @@ def test_games_through_a_vllm_server_equal_the_hf_backends(server, adapter):
         assert replies(evaluate_model(engine, tokenizer, games)) == replies(evaluate_model(model, hf_tokenizer, games))
     with pytest.raises(ServerError, match="serves no LoRA adapter from"):
         ServerEngine(server, generation, MODEL_DIR)
+    # As users type the URL, and the model checked against --model: other weights are refused in one line.
+    as_typed = server.removeprefix("http://") + "/v1/"
+    assert ServerEngine(as_typed, generation, model=("tiny", str(MODEL_DIR))).url == server
+    with pytest.raises(ServerError, match=r"serves .*tinymodel/model, not --model Qwen/Qwen2\.5-0\.5B-Instruct"):
+        ServerEngine(server, generation, model=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"))

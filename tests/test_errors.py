@@ -87,6 +87,12 @@ TRAIN_CASES = [
         "--eval_openings: unknown opening 'first'",
         None,
     ),
+    (
+        "TRL option game mode ignores",
+        ["--use_transformers_continuous_batching", "true"],
+        "does nothing with --rollout game (each turn generates with model.generate, or vLLM)",
+        None,
+    ),
     ("opening share out of range", ["--game_openings", "1.5"], "--game_openings is a share of start states", None),
     ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
     ("FSDP on CPU", ["--fsdp", "full_shard auto_wrap"], "FSDP needs GPUs: on cpu accelerate would train", None),

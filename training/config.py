@@ -481,6 +481,12 @@ def _game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[s
     for key in ("generation_batch_size", "steps_per_generation"):
         if train_kw.get(key) is not None:
             raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")
+    for key in ("use_transformers_continuous_batching", "use_transformers_paged"):
+        if train_kw.get(key):  # TRL's settings for its own generate call, which a game's turns do not go through
+            raise ConfigError(
+                f"--{key} does nothing with --rollout game (each turn generates with model.generate, or vLLM): "
+                "drop it, or use --rollout turn"
+            )
     generations = train_kw["num_generations"]
     block = SLOTS * generations
     per_device = train_kw["per_device_train_batch_size"]

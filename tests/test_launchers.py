@@ -1,6 +1,6 @@
 """The launch recipes of docs/several-gpus.md, run as a user runs them: 2 CPU processes with the embedded model.
 
-DeepSpeed ZeRO-2 under torchrun with the evaluation and --merge, ZeRO-3 under accelerate launch with the
+DeepSpeed ZeRO-2 under torchrun with the evaluation and --merge (in turn mode and in game mode), ZeRO-3 under accelerate launch with the
 shipped config, each resumed from its checkpoint; and a launcher stopped by SIGTERM or SIGINT takes both
 workers with it, frees the output directory and leaves a checkpoint that --resume continues. Slow: each
 launch takes 20-40 s here, and DeepSpeed's first run on a machine compiles its CPU communication op
@@ -84,6 +84,23 @@ def test_zero2_resumes_from_its_checkpoint(zero2):
     )
     assert resumed_from(out / "checkpoint-2", log)
     trained_by_both(out / "checkpoint-3", 3, stage=2)
+
+
+def test_zero2_in_game_mode_trains_evaluates_merges_and_resumes(tmp_path):
+    # Game mode, the cpu profile's default: each process's games end at different turns.
+    pytest.importorskip("deepspeed")
+    out, game = (
+        tmp_path / "out",
+        ["--profile", "cpu", "--save_steps", "1", "--deepspeed", "configs/deepspeed/zero2.json"],
+    )
+    log = launch(
+        TORCHRUN, [*game, "--max_steps", "2", "--eval_games", "4", "--merge", "true", "--output_dir", str(out)]
+    )
+    assert log.count("Before and after training:") == 2 and (out / "merged" / "config.json").is_file()
+    log = launch(TORCHRUN, [*game, "--max_steps", "3", "--skip_eval", "true", "--resume", "--output_dir", str(out)])
+    assert resumed_from(out / "checkpoint-2", log)
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "game/win_rate" in e] == [1, 2, 3]
 
 
 def test_zero3_under_accelerate_launch_trains_saves_a_whole_adapter_and_resumes(tmp_path):

@@ -56,7 +56,7 @@ from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
 from rewards import get_reward_funcs
 from training import distributed, memory
 from training.arguments import DASHED
-from training.card import make_adapter_config_portable, write_model_card
+from training.card import PortableCheckpoints, make_adapter_config_portable, write_model_card
 from training.cli import brief, help_requested, run_cli
 from training.config import (
     CONFIG_FILE,
@@ -386,6 +386,7 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
         peft_config=get_peft_config(resolved.model),
         callbacks=[
             distributed.RecordProcesses(),
+            PortableCheckpoints(resolved.model.model_name_or_path),
             memory.RollbackAdvisor.for_run(resolved),
             *([MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []),
         ],

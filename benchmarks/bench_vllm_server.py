@@ -44,7 +44,9 @@ def main() -> None:
     local_s, local_games = timed(local, tokenizer, secrets)
     print(f"{args.games} greedy games, embedded model")
     print(f"  vLLM in process:  {local_s:6.2f} s  {args.games / local_s:6.1f} games/s")
-    print(f"  vLLM server:      {server_s:6.2f} s  {args.games / server_s:6.1f} games/s (concurrency {args.concurrency})")
+    print(
+        f"  vLLM server:      {server_s:6.2f} s  {args.games / server_s:6.1f} games/s (concurrency {args.concurrency})"
+    )
     print(f"  same games: {server_games == local_games}")
 
 

@@ -319,3 +319,11 @@ def test_a_disk_that_fills_during_a_save_is_one_line_and_a_resume_finishes(tmp_p
     assert grpo_train.main([*argv, "--resume"]) == 0  # space is back
     assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
     assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_checkpoints_name_the_base_as_the_run_did_and_carry_no_empty_card(tmp_path):
+    run_in_process(tmp_path, "--max_steps", "1", "--save_steps", "1", "--skip_eval", "true")
+    checkpoint = tmp_path / "out" / "checkpoint-1"
+    assert json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny"
+    assert not (checkpoint / "README.md").exists()  # PEFT's template; the run's card is in the output directory
+    assert "More Information Needed" not in (tmp_path / "out" / "README.md").read_text()

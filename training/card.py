@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from transformers import TrainerCallback
 
 from rewards import REWARD_FUNCS, REWARD_RANGES
 from training.config import CONFIG_FILE, TINY
 
 ADAPTER_CONFIG = "adapter_config.json"
+CARD = "README.md"
 TAGS = ["grpo", "trl", "wordle", "lora"]
 
 BaseKind = Literal["tiny", "local", "hub"]
@@ -48,6 +50,23 @@ def make_adapter_config_portable(out_dir: Path, base_model: str) -> None:
     config = json.loads(path.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = base_model
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")  # as peft writes it
+
+
+class PortableCheckpoints(TrainerCallback):
+    """Each checkpoint as portable as the final adapter: ``adapter_config.json`` names the base as the run
+    named it, and no card. PEFT writes its empty template there (39 "More Information Needed"); the
+    project's card is the output directory's, written when the run ends."""
+
+    def __init__(self, base_model: str) -> None:
+        self.base_model = base_model
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if (folder / ADAPTER_CONFIG).is_file():
+                make_adapter_config_portable(folder, self.base_model)
+            (folder / CARD).unlink(missing_ok=True)
+        return control
 
 
 def _meaning(name: str) -> str:
@@ -161,6 +180,6 @@ def write_model_card(
         "## Load it",
         _load_section(base_model, kind, str(out_dir)),
     ]
-    path = out_dir / "README.md"
+    path = out_dir / CARD
     path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
     return path

@@ -6,6 +6,7 @@ docs/errors.md's failure table shows these lines (the README the common ones); e
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from importlib.machinery import ModuleSpec
@@ -378,3 +379,12 @@ def test_a_reply_budget_too_small_for_the_constraint_stops_before_any_game(tmp_p
     assert captured.out == "" and "Traceback" not in captured.err and not out.exists()
     assert captured.err.count("error: ") == 1
     assert captured.err.strip().splitlines()[-1].startswith("error: --max_new_tokens 4 is too few for constrained")
+
+
+def test_the_readme_counts_the_rows_of_docs_errors():
+    rows = [line for line in (ROOT / "docs" / "errors.md").read_text().splitlines() if line.startswith("| ")]
+    situations = len(rows) - 1  # less the header
+    said = re.search(r"all (\d+), launchers", " ".join((ROOT / "README.md").read_text().split()))
+    assert said and int(said.group(1)) == situations, (
+        f"README says {said and said.group(1)}, docs/errors.md has {situations}"
+    )

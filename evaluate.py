@@ -198,12 +198,18 @@ def parse(argv: list[str]) -> EvalArguments:
     return args
 
 
+def run_config(args: EvalArguments) -> Path | None:
+    """The adapter's run configuration (``wordle_grpo_config.yaml``), where there is one."""
+    saved = None if args.adapter is None else Path(args.adapter) / CONFIG_FILE
+    return saved if saved is not None and saved.is_file() else None
+
+
 def apply_run_config(args: EvalArguments) -> None:
     """Fill what the user left unset from the adapter's run (``wordle_grpo_config.yaml``), so that
     ``evaluate.py --adapter OUTPUT_DIR`` replays the evaluation the run made; else the defaults."""
-    saved = Path(args.adapter) / CONFIG_FILE if args.adapter is not None else None
+    saved = run_config(args)
     run: dict = {}
-    if saved is not None and saved.is_file():
+    if saved is not None:
         try:
             run = yaml.safe_load(saved.read_text())["evaluation"]
         except (yaml.YAMLError, TypeError, KeyError):
@@ -246,8 +252,8 @@ def run(args: EvalArguments, out_console: Console) -> list:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     model, tokenizer = load(args)
-    saved = None if args.adapter is None else Path(args.adapter) / CONFIG_FILE
-    if saved is not None and saved.is_file():  # said once loaded: an error until then is one line alone
+    saved = run_config(args)
+    if saved is not None:  # said once loaded: an error until then is one line alone
         logger.info("settings not given on the command line come from %s", saved)
     secrets = select_secrets(args.games, args.split)
     label = "model" if args.adapter is None else "model + adapter"

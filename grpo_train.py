@@ -140,12 +140,9 @@ def plan(resolved: Resolved) -> Plan:
         except ValueError as exc:
             raise ConfigError(f"dataset {script.dataset}: {exc}") from None
     game = script.rollout == "game"
-    if rows is not None:
-        check_rows_fill_a_step(len(rows), resolved.training, game)
-    else:  # the rows this run builds: a start state per training secret, or --train_rows game states
-        check_rows_fill_a_step(
-            len(train_secrets(script.secrets)) if game else script.train_rows, resolved.training, game
-        )
+    # --dataset's rows, else the rows this run builds: a start state per training secret, or --train_rows states
+    built = len(train_secrets(script.secrets)) if game else script.train_rows
+    check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game)
     out, checkpoint, done = check_output_dir(resolved)
     return Plan(source, out, checkpoint, rows, done)
 

@@ -39,12 +39,17 @@ def run(argv: list[str], processes: int = 1) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, check=False, timeout=600)
 
 
+def launched(argv: list[str], processes: int = 1) -> str:
+    """The log of a run that must succeed."""
+    proc = run(argv, processes)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("ddp") / "out"
-    proc = run([*RUN, "--output_dir", str(out), "--merge", "true"], processes=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc.stdout + proc.stderr
+    return out, launched([*RUN, "--output_dir", str(out), "--merge", "true"], processes=2)
 
 
 def test_two_processes_write_and_log_once(two_process_run):
@@ -86,9 +91,7 @@ ADAPTER = "adapter_model.safetensors"
 @pytest.fixture(scope="module")
 def two_process_games(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("ddp-game") / "out"
-    proc = run([*GAME_RUN, "--output_dir", str(out), "--merge", "true"], processes=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc.stdout + proc.stderr
+    return out, launched([*GAME_RUN, "--output_dir", str(out), "--merge", "true"], processes=2)
 
 
 def test_game_mode_on_two_processes_trains_evaluates_and_merges_once(two_process_games):
@@ -106,16 +109,14 @@ def test_game_mode_on_two_processes_trains_evaluates_and_merges_once(two_process
 
 def test_game_mode_on_two_processes_repeats_byte_for_byte_and_resumes_exactly(two_process_games, tmp_path):
     out, _ = two_process_games
-    again = run([*GAME_RUN, "--output_dir", str(tmp_path / "again"), "--skip_eval", "true"], processes=2)
-    assert again.returncode == 0, again.stderr[-3000:]
+    launched([*GAME_RUN, "--output_dir", str(tmp_path / "again"), "--skip_eval", "true"], processes=2)
     assert (tmp_path / "again" / ADAPTER).read_bytes() == (out / ADAPTER).read_bytes()
     # What a kill after step 2's checkpoint leaves behind, resumed: step 3 trains as the run straight through.
     cut = tmp_path / "cut"
     for step in (1, 2):
         shutil.copytree(out / f"checkpoint-{step}", cut / f"checkpoint-{step}")
-    resumed = run([*GAME_RUN, "--output_dir", str(cut), "--skip_eval", "true", "--resume"], processes=2)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumingfrom" in "".join((resumed.stdout + resumed.stderr).split())
+    resumed = launched([*GAME_RUN, "--output_dir", str(cut), "--skip_eval", "true", "--resume"], processes=2)
+    assert "resumingfrom" in "".join(resumed.split())
     assert (cut / ADAPTER).read_bytes() == (out / ADAPTER).read_bytes()
 
 

@@ -1,18 +1,28 @@
 """Every kind of bad input a user can give, in both scripts: one line on stderr naming the problem,
-exit code 2, nothing on stdout, no output directory, and nothing slow (no model load) before it.
+exit code 2, nothing on stdout, nothing written, and nothing slow (no model load) before it.
 
-docs/errors.md's failure table shows these lines (the README the common ones); each row here is one of its rows.
+docs/errors.md's failure table is this file's table (the README shows the common rows): each of its rows is
+the ``row`` of one case below, and the line that case prints is compared whole with the row's, so the doc
+and the code cannot drift apart. The doc's line is what a user would see: the test runs in its own directory,
+which the doc calls /tmp (relative paths such as ``rows.jsonl`` and ``outputs/cpu`` are in it), and ``…``
+stands for text that differs from machine to machine.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import re
+import shutil
 import subprocess
 import sys
 from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
 
 import pytest
+import torch
 from huggingface_hub import constants as hub_constants
 
 import evaluate as evaluate_cli
@@ -21,8 +31,10 @@ import grpo_train
 import tinymodel
 from training import device as devices
 from training import distributed, modeling
+from training.trainer import WordleGRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
+ERRORS_DOC = ROOT / "docs" / "errors.md"
 ZERO2, ZERO3 = str(ROOT / "configs" / "deepspeed" / "zero2.json"), str(ROOT / "configs" / "deepspeed" / "zero3.json")
 
 
@@ -32,100 +44,401 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def no_weights(tmp: Path) -> Path:
-    return write(tmp / "half-downloaded" / "config.json", '{"model_type": "qwen2"}').parent
-
-
-def finished_checkpoint(tmp: Path) -> Path:
+def finished_checkpoint(out: Path, step: int = 2) -> Path:
     """An output dir holding a completely written checkpoint, as an interrupted run leaves it."""
-    write(tmp / "out" / "checkpoint-2" / "trainer_state.json", '{"global_step": 2}')
-    return tmp / "out"
+    write(out / f"checkpoint-{step}" / "trainer_state.json", f'{{"global_step": {step}}}')
+    return out
 
 
-# (name, argv after "--output_dir OUT" with {tmp} for the test's directory, what the line must hold, setup)
+# A row of docs/errors.md: its situation, then its line as a code span (double backticks where the line holds
+# one), then notes such as "(likewise …)", which are prose for the reader and not compared.
+DOC_ROW = re.compile(r"\| (?P<situation>.+?) \| (?P<ticks>`+)(?P<line>.+?)(?P=ticks)(?P<notes>.*) \|")
+
+
+@functools.cache
+def doc_rows() -> dict[str, str]:
+    """docs/errors.md's table: each situation and the line it shows."""
+    rows: dict[str, str] = {}
+    table = [t for t in ERRORS_DOC.read_text().splitlines() if t.startswith("| ")][1:]  # less the header
+    for text in table:
+        match = DOC_ROW.fullmatch(text)
+        assert match, f"docs/errors.md: a row of the table that is not | situation | `line` |: {text}"
+        assert match["situation"] not in rows, f"docs/errors.md: two rows for {match['situation']!r}"
+        rows[match["situation"]] = match["line"]
+    return rows
+
+
+def assert_is_the_docs_line(row: str, line: str, tmp: Path) -> None:
+    doc = doc_rows().get(row)
+    assert doc is not None, f"docs/errors.md has no row {row!r} (was the situation reworded?)"
+    seen = line.replace(str(tmp), "/tmp")  # the test's directory is the doc's /tmp
+    pattern = ".+".join(re.escape(part) for part in doc.split("…"))  # "…" elides what differs by machine
+    assert re.fullmatch(pattern, seen), f"docs/errors.md, row {row!r}, says\n  {doc}\nbut the code says\n  {seen}"
+
+
+class Case(NamedTuple):
+    """One kind of bad input. ``row`` names the docs/errors.md row whose line this case prints; a case
+    without one is another instance of a row (the doc's "likewise"), checked by its fragment alone."""
+
+    name: str
+    argv: list[str]  # after the script, with {tmp} for the test's directory, which is also the working directory
+    expected: str  # what the line must hold, whatever the doc says
+    setup: str | None = None  # what _setup prepares
+    row: str = ""
+
+
+# Run as `python grpo_train.py --profile cpu ARGV` (a later --profile wins); output_dir is the profile's, outputs/cpu.
 TRAIN_CASES = [
-    ("unknown profile", ["--profile", "gpu"], "unknown profile 'gpu' in --profile (did you mean cpu?)", None),
-    ("unknown option", ["--lerning_rate", "1e-5"], "unknown option '--lerning_rate'", None),
-    ("unknown config key", ["--config", "{tmp}/my.yaml"], "unknown key 'lora_rank'", "config"),
-    ("value of the wrong type", ["--learning_rate", "abc"], "invalid float value: 'abc'", None),
-    ("out of range: completion", ["--max-completion", "0"], "--max-completion must be at least 1", None),
-    ("out of range: batch", ["--per_device_train_batch_size", "-2"], "must be at least 1", None),
-    ("out of range: generations", ["--num_generations", "1"], "--num_generations must be at least 2", None),
-    ("missing model path", ["--model", "{tmp}/models/nope"], "does not exist", None),
-    ("model dir without weights", ["--model", "{tmp}/half-downloaded"], "has a config.json but no weights", "weights"),
-    ("embedded model missing", ["--model", "tiny"], "rebuild it with `python -m tinymodel`", "notiny"),
-    ("not a hub id", ["--model", "bad id!"], "neither a local directory nor a valid hub id", None),
-    ("hub unreachable", ["--model", "Qwen/Qwen2.5-3B-Instrct"], "the Hugging Face hub is unreachable", "hub"),
-    ("4-bit without bitsandbytes", ["--load_in_4bit", "true"], "pip install bitsandbytes, or pass --no-4bit", "nobnb"),
-    ("4-bit on MPS", ["--profile", "mps", "--model", "tiny", "--load_in_4bit", "true"], "does not run on MPS", "mps"),
-    ("vLLM not installed", ["--use_vllm", "true"], "use_vllm needs vLLM, which is not installed", "novllm"),
-    (
+    Case(
+        "unknown profile",
+        ["--profile", "gpu"],
+        "unknown profile 'gpu' in --profile (did you mean cpu?)",
+        row="unknown profile",
+    ),
+    Case("unknown option", ["--lerning_rate", "1e-5"], "unknown option '--lerning_rate'", row="unknown option"),
+    Case(
+        "unknown config key",
+        ["--config", "my.yaml"],
+        "unknown key 'lora_rank'",
+        "config",
+        row="unknown key in a `--config` file",
+    ),
+    Case(
+        "value of the wrong type",
+        ["--learning_rate", "abc"],
+        "invalid float value: 'abc'",
+        row="a value of the wrong type",
+    ),
+    Case(
+        "out of range: completion",
+        ["--max-completion", "0"],
+        "--max-completion must be at least 1",
+        row="a value out of range",
+    ),
+    Case("out of range: batch", ["--per_device_train_batch_size", "-2"], "must be at least 1"),
+    Case("out of range: generations", ["--num_generations", "1"], "--num_generations must be at least 2"),
+    Case("negative step count", ["--max_steps", "-5"], "--max_steps must be positive"),
+    Case(
+        "MPS absent", ["--profile", "mps"], "profile mps is for Apple MPS", "nomps", row="`--profile mps` without MPS"
+    ),
+    Case(
+        "no GPU",
+        ["--profile", "cuda"],
+        "profile cuda needs an NVIDIA GPU",
+        "nogpu",
+        row="`--profile cuda` without a GPU",
+    ),
+    Case(
+        "embedded model missing",
+        ["--model", "tiny"],
+        "rebuild it with `python -m tinymodel`",
+        "notiny",
+        row="the embedded model's files missing",
+    ),
+    Case(
+        "missing model path", ["--model", "{tmp}/models/qwen"], "does not exist", row="a model path that does not exist"
+    ),
+    Case(
+        "model dir without weights",
+        ["--model", "{tmp}/half"],
+        "has a config.json but no weights",
+        "weights",
+        row="a model directory without weights",
+    ),
+    Case(
+        "hub unreachable",
+        ["--model", "Qwen/Qwen2.5-3B-Instrct"],
+        "the Hugging Face hub is unreachable",
+        "hub",
+        row="a hub id with no network",
+    ),
+    Case(
+        "hub offline, not cached",
+        ["--model", "Qwen/Qwen2.5-3B-Instruct"],
+        "is not in the local hub cache and HF_HUB_OFFLINE is set",
+        "offline",
+        row="a hub id with `HF_HUB_OFFLINE=1`, not cached",
+    ),
+    Case(
+        "not a hub id",
+        ["--model", "bad id!"],
+        "neither a local directory nor a valid hub id",
+        row="not a hub id",
+    ),
+    Case(
+        "4-bit without bitsandbytes",
+        ["--load_in_4bit", "true"],
+        "pip install bitsandbytes, or pass --no-4bit",
+        "nobnb",
+        row="4-bit or an 8-bit optimizer without bitsandbytes",
+    ),
+    Case(
+        "4-bit on MPS",
+        ["--profile", "mps", "--model", "tiny", "--load_in_4bit", "true"],
+        "does not run on MPS",
+        "mps",
+        row="4-bit on MPS",
+    ),
+    Case(
+        "vLLM not installed",
+        ["--use_vllm", "true"],
+        "use_vllm needs vLLM, which is not installed",
+        "novllm",
+        row="`--use_vllm true` without vLLM",
+    ),
+    Case(
         "vLLM server mode on CPU",
         ["--use_vllm", "true", "--vllm_mode", "server"],
         "server over NCCL, which needs a CUDA GPU (device cpu): use --vllm_mode colocate",
-        None,
+        row="vLLM server mode off a CUDA GPU",
     ),
-    (
+    Case(
         "4-bit with vLLM off a GPU",
         ["--load_in_4bit", "true", "--use_vllm", "true"],
         "4-bit weights with vLLM need a CUDA GPU: vLLM on cpu cannot load",
-        None,
+        row="4-bit weights with vLLM off a CUDA GPU (vLLM's CPU build has no bitsandbytes)",
     ),
-    ("malformed dataset row", ["--dataset", "{tmp}/rows.jsonl"], "line 3: past_guess_history says CRANE", "rows"),
-    ("dataset line not JSON", ["--dataset", "{tmp}/broken.jsonl"], "line 2: not valid JSON", "broken"),
-    ("secret not a word", ["--dataset", "{tmp}/zzzzz.jsonl"], "line 1: secret ZZZZZ is not an allowed word", "words"),
-    ("guess not a word", ["--dataset", "{tmp}/qxzjv.jsonl"], "guess QXZJV is not an allowed word", "words"),
-    ("dataset too small for a step", ["--dataset", "{tmp}/one.jsonl"], "one step takes 4 start states, and", "one"),
-    ("negative step count", ["--max_steps", "-5"], "--max_steps must be positive", None),
-    ("empty dataset file", ["--dataset", "{tmp}/empty.jsonl"], "empty.jsonl: the file is empty", "empty"),
-    ("CSV dataset of a header alone", ["--dataset", "{tmp}/header.csv"], "the file is empty", "empty"),
-    ("dataset is a directory", ["--dataset", "{tmp}"], "a directory, not a dataset file", None),
-    ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON (Unterminated", "damaged"),
-    ("check larger than validation", ["--game_eval_games", "250"], "between 1 and 202 (the validation", None),
-    (
+    Case(
+        "config.json not JSON",
+        ["--model", "{tmp}/qwen"],
+        "config.json is not valid JSON (Unterminated",
+        "damaged",
+        row="a model directory whose `config.json` is damaged",
+    ),
+    Case(
+        "malformed dataset row",
+        ["--dataset", "rows.jsonl"],
+        "line 3: past_guess_history says CRANE",
+        "rows",
+        row="a malformed dataset row (numbered as the file's lines)",
+    ),
+    Case(
+        "dataset line not JSON",
+        ["--dataset", "rows.jsonl"],
+        "line 2: not valid JSON",
+        "broken",
+        row="a dataset line that is not JSON",
+    ),
+    Case(
+        "secret not a word",
+        ["--dataset", "rows.jsonl"],
+        "line 1: secret ZZZZZ is not an allowed word",
+        "zzzzz",
+        row="a dataset secret that is not an allowed word (a typo, another word list)",
+    ),
+    Case(
+        "guess not a word",
+        ["--dataset", "rows.jsonl"],
+        "guess QXZJV is not an allowed word",
+        "qxzjv",
+        row="a dataset history guess that is not an allowed word",
+    ),
+    Case(
+        "dataset too small for a step",
+        ["--dataset", "rows.jsonl"],
+        "one step takes 4 start states, and",
+        "one",
+        row="a dataset too small for one step (TRL would train no step, in silence)",
+    ),
+    Case(
+        "empty dataset file",
+        ["--dataset", "rows.jsonl"],
+        "rows.jsonl: the file is empty",
+        "empty",
+        row="a dataset file that is empty (or a CSV of a header alone)",
+    ),
+    Case("CSV dataset of a header alone", ["--dataset", "rows.csv"], "the file is empty", "empty"),
+    Case(
+        "dataset is a directory",
+        ["--dataset", "data/"],
+        "a directory, not a dataset file",
+        "data",
+        row="a dataset path that is a directory",
+    ),
+    Case(
+        "check larger than validation",
+        ["--game_eval_games", "250"],
+        "between 1 and 202 (the validation",
+        row="a periodic check larger than the validation split",
+    ),
+    Case(
         "unknown evaluation opening",
         ["--eval_openings", "own", "first"],
         "--eval_openings: unknown opening 'first'",
-        None,
+        row="an evaluation opening that is not one",
     ),
-    (
+    Case(
         "TRL option game mode ignores",
         ["--use_transformers_continuous_batching", "true"],
         "does nothing with --rollout game (each turn generates with model.generate, or vLLM)",
-        None,
+        row="a TRL option that game mode would ignore (`--use_transformers_continuous_batching`, "
+        "`--use_transformers_paged`)",
     ),
-    ("opening share out of range", ["--game_openings", "1.5"], "--game_openings is a share of start states", None),
-    ("resume without a checkpoint", ["--resume"], "--resume: no complete checkpoint", None),
-    ("FSDP on CPU", ["--fsdp", "full_shard auto_wrap"], "FSDP needs GPUs: on cpu accelerate would train", None),
-    ("--fsdp true on CPU", ["--fsdp", "true"], "FSDP needs GPUs", None),  # read as on, as --help says
-    ("one CPU process of several", [], "accelerate launch --cpu --num_processes N starts one process", "cpu-launch"),
-    (
+    Case(
+        "opening share out of range",
+        ["--game_openings", "1.5"],
+        "--game_openings is a share of start states",
+        row="a share of random openings outside 0–1",
+    ),
+    Case(
+        "output dir is a file",
+        [],
+        "--output_dir outputs/cpu is a file, not a directory",
+        "outfile",
+        row="an `--output_dir` that is a file",
+    ),
+    Case(
+        "checkpoints already there",
+        [],
+        "already holds checkpoints (newest checkpoint-500); pass --resume",
+        "checkpoints",
+        row="checkpoints already in `output_dir`",
+    ),
+    Case(
+        "output dir of a live run",
+        [],
+        "is in use by a live run (pid 4242)",
+        "live",
+        row="a second run into a live run's `output_dir`",
+    ),
+    Case(
+        "resume without a checkpoint",
+        ["--resume"],
+        "--resume: no complete checkpoint",
+        row="`--resume` with nothing to resume",
+    ),
+    Case(
+        "merge with full fine-tuning",
+        ["--use_peft", "false", "--merge"],
+        "--merge merges a LoRA adapter",
+        row="`--merge` with full fine-tuning",
+    ),
+    Case(
+        "FSDP on CPU",
+        ["--fsdp", "full_shard auto_wrap"],
+        "FSDP needs GPUs: on cpu accelerate would train",
+        row="FSDP on CPU or MPS (`--fsdp …`)",
+    ),
+    Case("--fsdp true on CPU", ["--fsdp", "true"], "FSDP needs GPUs"),  # read as on, as --help says
+    Case(
+        "one CPU process of several",
+        [],
+        "accelerate launch --cpu --num_processes N starts one process",
+        "cpu-launch",
+        row="`accelerate launch --cpu --num_processes 2`",
+    ),
+    Case(
         "DeepSpeed not installed",
         ["--deepspeed", ZERO2],
         'DeepSpeed is not installed: pip install -e ".[deepspeed]"',
         "nods",
+        row="`--deepspeed` without DeepSpeed",
     ),
-    ("DeepSpeed without a launcher", ["--deepspeed", ZERO2], "DeepSpeed needs a launcher, also for one process", "ds"),
-    ("DeepSpeed config missing", ["--deepspeed", "{tmp}/ds.json"], "ds.json does not exist", "launched"),
-    ("ZeRO-3 and the evaluation", ["--deepspeed", ZERO3], "ZeRO-3 cannot play the games before and after", "launched"),
-    (
+    Case(
+        "DeepSpeed without a launcher",
+        ["--deepspeed", ZERO2],
+        "DeepSpeed needs a launcher, also for one process",
+        "ds",
+        row="`--deepspeed` run with plain `python`",
+    ),
+    Case(
+        "DeepSpeed config missing",
+        ["--deepspeed", "{tmp}/ds.json"],
+        "ds.json does not exist",
+        "launched",
+        row="a DeepSpeed config that does not exist",
+    ),
+    Case(
+        "ZeRO-3 and the evaluation",
+        ["--deepspeed", ZERO3],
+        "ZeRO-3 cannot play the games before and after",
+        "launched",
+        row="ZeRO-3 with the games before and after",
+    ),
+    Case(
         "ZeRO-3 and --merge",
         ["--deepspeed", ZERO3, "--skip_eval", "true", "--merge", "true", "--rollout", "turn"],
         "merge afterwards",
         "launched",
+        row="ZeRO-3 with `--merge`",
+    ),
+    # Past the checks: the run logs its configuration first, and the error is its last line.
+    Case(
+        "reply limit below the shortest reply",
+        ["--max-completion", "4"],
+        "max_completion_length 4 cannot hold the shortest reply",
+        "tokenizer",
+        row="a reply limit below the shortest reply (found with the tokenizer: after the run logs its "
+        "configuration, before the model loads)",
+    ),
+    Case(
+        "chat template that refuses the game",
+        ["--model", "{tmp}/mymodel"],
+        "fails on the game's prompt",
+        "template",
+        row="a chat template that fails even with the rules in the user message",
+    ),
+    Case(
+        "out of memory",
+        ["--profile", "mps", "--model", "tiny", "--skip_eval", "true"],
+        "retry with --max-completion 96",
+        "oom",
+        row="out of memory (during training)",
+    ),
+    Case(
+        "disk full while saving a checkpoint",
+        ["--skip_eval", "true"],
+        "the disk filled while saving checkpoint-2",
+        "diskfull",
+        row="the disk fills while a checkpoint is saved (the half-written one is removed, the earlier ones stay whole)",
     ),
 ]
+PAST_THE_CHECKS = {"tokenizer", "template", "oom", "diskfull"}  # setups that let a run log before its error
+
+# What each setup writes, relative to the test's directory.
+FILES = {
+    "config": {"my.yaml": "lora_rank: 4\n"},
+    "weights": {"half/config.json": '{"model_type": "qwen2"}'},
+    "damaged": {  # a download cut short inside config.json, weights present
+        "qwen/config.json": '{"model_type": "qwen2", "hidden_',
+        "qwen/model.safetensors": "",
+        "damaged-adapter/adapter_config.json": '{"peft_type": ',  # evaluating: an adapter's, likewise
+    },
+    "rows": {  # line 1 blank, line 3 a history the secret would not produce
+        "rows.jsonl": '\n{"secret": "SLATE", "past_guess_history": []}\n'
+        '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n'
+    },
+    "broken": {"rows.jsonl": '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SL\n'},
+    # Five letters, but no words: a typo, or a dataset made for another word list.
+    "zzzzz": {"rows.jsonl": '{"secret": "ZZZZZ", "past_guess_history": []}\n'},
+    "qxzjv": {"rows.jsonl": '{"secret": "SLATE", "past_guess_history": [["QXZJV", "BBBBB"]]}\n'},
+    "one": {"rows.jsonl": '{"secret": "SLATE", "past_guess_history": []}\n'},  # game mode takes 4 start states a step
+    "empty": {"rows.jsonl": "\n", "rows.csv": "secret,past_guess_history\n"},
+    "data": {"data/rows.jsonl": '{"secret": "SLATE", "past_guess_history": []}\n'},  # the dataset's directory
+    "outfile": {"outputs/cpu": "my notes\n"},
+    "evalout": {"eval-out": "keep me\n"},
+    "checkpoints": {"outputs/cpu/checkpoint-500/trainer_state.json": '{"global_step": 500}'},
+    # Evaluating: an adapter directory whose run configuration was edited into a list.
+    "edited": {
+        "outputs/cpu/adapter_config.json": '{"peft_type": "LORA"}',
+        "outputs/cpu/wordle_grpo_config.yaml": "- my notes\n",
+    },
+}
 
 
 def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
-    if kind == "config":
-        write(tmp / "my.yaml", "lora_rank: 4\n")
-    elif kind == "weights":
-        no_weights(tmp)
-    elif kind == "hub":  # a real connection refused, on loopback: the path a user without network takes
+    for name, text in FILES.get(kind, {}).items():
+        write(tmp / name, text)
+    if kind == "hub":  # a real connection refused, on loopback: the path a user without network takes
         monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")
         monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
-    elif kind == "notiny":  # a partial checkout: loading names the build, never starts one
+    elif kind == "offline":  # HF_HUB_OFFLINE=1, over a hub cache without the model
+        monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp / "hub-cache"))
+    elif kind == "notiny":  # a checkout without its largest file: loading names the build, never starts one
+        for name in tinymodel.MODEL_FILES:
+            if name != "model.safetensors":
+                write(tmp / "tinymodel" / "model" / name, "")
         monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp / "tinymodel" / "model")
     elif kind == "novllm":  # also where vLLM is installed (CI's vLLM environment)
         real = grpo_train.importlib.util.find_spec
@@ -133,27 +446,12 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
     elif kind == "nobnb":
         real = modeling.importlib.util.find_spec
         monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))
-    elif kind == "mps":
-        monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
-    elif kind == "rows":  # line 1 blank, line 3 a history the secret would not produce
-        write(
-            tmp / "rows.jsonl",
-            '\n{"secret": "SLATE", "past_guess_history": []}\n'
-            '{"secret": "SLATE", "past_guess_history": [["CRANE", "GGGGG"]]}\n',
-        )
-    elif kind == "words":  # five letters, but no words: a typo, or a dataset made for another word list
-        write(tmp / "zzzzz.jsonl", '{"secret": "ZZZZZ", "past_guess_history": []}\n')
-        write(tmp / "qxzjv.jsonl", '{"secret": "SLATE", "past_guess_history": [["QXZJV", "BBBBB"]]}\n')
-    elif kind == "one":  # game mode takes 4 start states a step
-        write(tmp / "one.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n')
-    elif kind == "empty":
-        write(tmp / "empty.jsonl", "\n")
-        write(tmp / "header.csv", "secret,past_guess_history\n")
-    elif kind == "damaged":  # a download cut short inside config.json, weights present
-        write(tmp / "damaged" / "config.json", '{"model_type": "qwen2", "hidden_')
-        write(tmp / "damaged" / "model.safetensors", "")
-    elif kind == "broken":
-        write(tmp / "broken.jsonl", '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "SL\n')
+    elif kind in ("mps", "nomps"):  # either way, whatever machine runs the test
+        monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: kind == "mps")
+    elif kind == "nogpu":
+        monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    elif kind == "live":  # the lock's holder, as another live run's lock reports it (test_distributed takes a real one)
+        monkeypatch.setattr(distributed.OutputLock, "holder", lambda self: 4242)
     elif kind == "cpu-launch":  # what accelerate launch --cpu --num_processes 2 passes its one process
         for name in distributed.WORLD_SIZE_VARS:
             monkeypatch.delenv(name, raising=False)
@@ -169,18 +467,66 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
             monkeypatch.delenv(name, raising=False)
         if kind == "launched":
             monkeypatch.setenv("WORLD_SIZE", "2")
+    elif kind == "tokenizer":  # the tokenizer loads (its tokens count the reply); the model still must not
+        monkeypatch.setattr(grpo_train, "load_tokenizer", modeling.load_tokenizer)
+    elif kind == "template":  # the embedded model's tokenizer with a template that takes assistant turns alone
+        model = tmp / "mymodel"
+        shutil.copytree(tinymodel.model_dir(), model, ignore=shutil.ignore_patterns("model.safetensors"))
+        write(model / "model.safetensors", "")  # never loaded
+        write(model / "chat_template.jinja", "{{ raise_exception('Only assistant roles are supported!') }}")
+        monkeypatch.setattr(grpo_train, "load_tokenizer", modeling.load_tokenizer)
+    elif kind == "oom":  # on an Apple GPU, whose memory runs out in the first step
+        monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
+        _reach_the_trainer(monkeypatch, lambda resolved: SimpleNamespace(train=_out_of_memory))
+    elif kind == "diskfull":
+        monkeypatch.setattr(WordleGRPOTrainer.__mro__[1], "_save_checkpoint", _disk_full)
+        _reach_the_trainer(monkeypatch, _trainer_that_saves)
 
 
-def one_line_error(capsys, code: int, tmp: Path | None = None) -> str:
+def _reach_the_trainer(monkeypatch, make_trainer) -> None:
+    """Past the checks, to GRPO itself, with nothing loaded: no tokenizer, model or data (test_train trains)."""
+    for name in ("load_tokenizer", "check_reply_fits", "log_memory_estimate", "load_model", "dataset"):
+        monkeypatch.setattr(grpo_train, name, lambda *a, **k: None)
+    monkeypatch.setattr(grpo_train, "make_trainer", lambda resolved, *a, **k: make_trainer(resolved))
+
+
+def _out_of_memory(**kwargs):
+    raise torch.OutOfMemoryError("MPS backend out of memory (MPS allocated: 17.00 GB)")
+
+
+def _disk_full(trainer, model, trial):  # transformers' save, after the weights and before the optimizer's state
+    path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}" / "optimizer.pt"
+    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+def _trainer_that_saves(resolved) -> WordleGRPOTrainer:
+    """The project's trainer at step 2's checkpoint, its own handling of the save and nothing else."""
+    trainer = WordleGRPOTrainer.__new__(WordleGRPOTrainer)
+    trainer.args, trainer.state = resolved.training, SimpleNamespace(global_step=2)
+    trainer.train = lambda **kwargs: trainer._save_checkpoint(None, None)
+    return trainer
+
+
+def one_line_error(capsys, code: int, tmp: Path | None = None, logged: bool = False) -> str:
+    """The error line; ``logged``: the run got past its checks, so its log (on stderr too) comes first."""
     captured = capsys.readouterr()
     assert code == 2, captured.err
     assert captured.out == "", f"stdout must stay empty on an error: {captured.out!r}"
     lines = captured.err.strip().splitlines()
+    if logged:
+        assert "Traceback" not in captured.err and captured.err.count("error: ") == 1, captured.err
+        assert lines[-1].startswith("error: "), captured.err
+        return lines[-1]
     assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
     # Under 200 characters besides the paths the user gave (pytest's own are long).
     length = len(lines[0].replace(str(tmp), "TMP")) if tmp else len(lines[0])
     assert length < 200, f"{length} characters: {lines[0]}"
     return lines[0]
+
+
+def files_in(directory: Path, empty_dirs: bool = True) -> dict[str, bytes | None]:
+    paths = [p for p in directory.rglob("*") if empty_dirs or p.is_file() or any(p.iterdir())]
+    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else None for p in paths}
 
 
 @pytest.fixture
@@ -194,106 +540,97 @@ def no_loading(monkeypatch):
         monkeypatch.setattr(grpo_train, name, slow)
 
 
-@pytest.mark.parametrize(("name", "argv", "expected", "setup"), TRAIN_CASES, ids=[c[0] for c in TRAIN_CASES])
-def test_grpo_train_bad_input_is_one_line(name, argv, expected, setup, tmp_path, monkeypatch, capsys, no_loading):
-    _setup(setup, tmp_path, monkeypatch)
-    out = tmp_path / "out"
-    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    line = one_line_error(capsys, grpo_train.main(["--profile", "cpu", "--output_dir", str(out), *args]), tmp_path)
-    assert expected in line
-    assert not out.exists(), "a run that fails validation must not create its output dir"
+@pytest.mark.parametrize("case", TRAIN_CASES, ids=[c.name for c in TRAIN_CASES])
+def test_grpo_train_bad_input_is_one_line(case, tmp_path, monkeypatch, capsys, no_loading):
+    monkeypatch.chdir(tmp_path)  # relative paths are the test's: rows.jsonl, outputs/cpu
+    _setup(case.setup, tmp_path, monkeypatch)
+    before = files_in(tmp_path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
+    code = grpo_train.main(["--profile", "cpu", *args])
+    line = one_line_error(capsys, code, tmp_path, logged=case.setup in PAST_THE_CHECKS)
+    assert case.expected in line
+    if case.row:
+        assert_is_the_docs_line(case.row, line, tmp_path)
+    # A run past its checks took its output dir's lock, and removed the dir again; its parent (outputs/) stays.
+    past = case.setup in PAST_THE_CHECKS
+    assert files_in(tmp_path, empty_dirs=not past) == before, "a failed run writes nothing and leaves what was there"
 
 
-def test_an_output_dir_that_is_a_file_is_refused_and_left_alone(tmp_path, capsys, no_loading):
-    out = write(tmp_path / "out", "my notes\n")
-    line = one_line_error(capsys, grpo_train.main(["--profile", "cpu", "--output_dir", str(out)]), tmp_path)
-    assert "--output_dir" in line and "is a file, not a directory" in line
-    assert out.read_text() == "my notes\n"
+EVALUATE_CASES = [
+    Case(
+        "adapter dir missing",
+        ["--adapter", "{tmp}/nope"],
+        "does not exist",
+        row="`evaluate.py --adapter` that does not exist",
+    ),
+    Case("adapter dir not an adapter", ["--adapter", "{tmp}"], "no adapter_config.json"),
+    Case("model dir without weights", ["--model", "{tmp}/half"], "no weights"),
+    Case("hub unreachable", ["--model", "someorg/some-model"], "hub is unreachable"),
+    Case("value of the wrong type", ["--games", "many"], "invalid int value"),
+    Case("out of range", ["--max_new_tokens", "0"], "--max_new_tokens must be at least 1"),
+    Case("unknown option", ["--frobnicate", "1"], "unknown argument '--frobnicate'"),
+    Case(
+        "opening not a word",
+        ["--openings", "words:CRANE,QXZJV"],
+        "'QXZJV' is not an allowed word",
+        row="an opening word that is not an allowed word",
+    ),
+    Case(
+        "opening too long",
+        ["--openings", "answer:6"],
+        "K must be a whole number from 1 to 5",
+        row="more drawn opening guesses than a game leaves turns for",
+    ),
+    Case("adapter_config.json not JSON", ["--adapter", "{tmp}/damaged-adapter"], "adapter_config.json is not valid"),
+    Case("config.json not JSON", ["--model", "{tmp}/qwen"], "config.json is not valid JSON"),
+    Case(
+        "run config edited",
+        ["--adapter", "outputs/cpu"],
+        "wordle_grpo_config.yaml is not a run's configuration",
+        "edited",
+        row="`evaluate.py --adapter` whose run configuration was edited into something else",
+    ),
+    Case(
+        "vLLM not installed",
+        ["--games", "2", "--backend", "vllm"],
+        "--backend vllm needs vLLM, which is not installed",
+        "novllm",
+        row="`evaluate.py --backend vllm` without vLLM",
+    ),
+    Case("out is a file", ["--games", "2"], "--out eval-out is a file, not a directory", "evalout"),
+]
 
 
-def test_a_reply_limit_below_the_shortest_reply_is_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
-    # Found with the tokenizer (its tokens count the reply), before the model loads or anything is written.
-    monkeypatch.setattr(grpo_train, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
-    out = tmp_path / "out"
-    code = grpo_train.main(["--profile", "cpu", "--output_dir", str(out), "--max-completion", "4"])
-    captured = capsys.readouterr()  # the run's log comes first: the resolved configuration
-    assert code == 2 and captured.out == ""
-    line = captured.err.strip().splitlines()[-1]
-    assert line.startswith("error: max_completion_length 4 cannot hold the shortest reply") and "6 tokens" in line
-    assert not out.exists(), "a run that stopped before writing anything leaves no empty directory"
+@pytest.mark.parametrize("case", EVALUATE_CASES, ids=[c.name for c in EVALUATE_CASES])
+def test_evaluate_bad_input_is_one_line(case, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for kind in ("weights", "damaged", "hub", case.setup):
+        _setup(kind, tmp_path, monkeypatch)
+    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
+    before = files_in(tmp_path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
+    line = one_line_error(capsys, evaluate_cli.main([*args, "--out", "eval-out"]), tmp_path)
+    assert case.expected in line
+    if case.row:
+        assert_is_the_docs_line(case.row, line, tmp_path)
+    assert files_in(tmp_path) == before, "nothing written before the error, and nothing overwritten"
 
 
-def test_existing_checkpoints_are_refused_and_left_alone(tmp_path, capsys, no_loading):
-    out = finished_checkpoint(tmp_path)
-    before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    line = one_line_error(capsys, grpo_train.main(["--profile", "cpu", "--output_dir", str(out)]), tmp_path)
-    assert "already holds checkpoints (newest checkpoint-2); pass --resume" in line
-    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+def test_each_row_of_docs_errors_is_the_row_of_one_case():
+    # A new row needs a case that prints its line, and a case's row must be in the doc, word for word.
+    rows = [case.row for case in (*TRAIN_CASES, *EVALUATE_CASES) if case.row]
+    assert sorted(set(doc_rows()) - set(rows)) == [], "docs/errors.md rows without a case"
+    assert sorted(set(rows) - set(doc_rows())) == [], "cases whose row is not in docs/errors.md"
+    assert sorted(r for r in rows if rows.count(r) > 1) == [], "rows with more than one case"
 
 
 def test_the_model_is_checked_before_the_output_dir(tmp_path, capsys, no_loading):
     # Fix what is first in a user's command first: a typo'd model, not "already holds checkpoints".
-    out = finished_checkpoint(tmp_path)
+    out = finished_checkpoint(tmp_path / "out")
     line = one_line_error(
         capsys, grpo_train.main(["--output_dir", str(out), "--model", str(tmp_path / "typo")]), tmp_path
     )
     assert "does not exist" in line
-
-
-EVALUATE_CASES = [
-    ("adapter dir missing", ["--adapter", "{tmp}/no-such-run"], "adapter directory", "does not exist"),
-    ("adapter dir not an adapter", ["--adapter", "{tmp}"], "no adapter_config.json", ""),
-    ("model dir without weights", ["--model", "{tmp}/half-downloaded"], "no weights", ""),
-    ("hub unreachable", ["--model", "someorg/some-model"], "hub is unreachable", ""),
-    ("value of the wrong type", ["--games", "many"], "invalid int value", ""),
-    ("out of range", ["--max_new_tokens", "0"], "--max_new_tokens must be at least 1", ""),
-    ("unknown option", ["--frobnicate", "1"], "unknown argument '--frobnicate'", ""),
-    (
-        "opening not a word",
-        ["--openings", "words:CRANE,QXZJV"],
-        "--openings: opening",
-        "'QXZJV' is not an allowed word",
-    ),
-    ("opening too long", ["--openings", "answer:6"], "K must be a whole number from 1 to 5", ""),
-    ("adapter_config.json not JSON", ["--adapter", "{tmp}/damaged-adapter"], "adapter_config.json is not valid", ""),
-    ("config.json not JSON", ["--model", "{tmp}/damaged"], "config.json is not valid JSON", ""),
-    (
-        "run config edited",
-        ["--adapter", "{tmp}/edited-run"],
-        "wordle_grpo_config.yaml is not a run's configuration",
-        "",
-    ),
-]
-
-
-@pytest.mark.parametrize(("name", "argv", "expected", "also"), EVALUATE_CASES, ids=[c[0] for c in EVALUATE_CASES])
-def test_evaluate_bad_input_is_one_line(name, argv, expected, also, tmp_path, monkeypatch, capsys):
-    no_weights(tmp_path)
-    _setup("damaged", tmp_path, monkeypatch)
-    write(tmp_path / "damaged-adapter" / "adapter_config.json", '{"peft_type": ')
-    write(tmp_path / "edited-run" / "adapter_config.json", '{"peft_type": "LORA"}')
-    write(tmp_path / "edited-run" / "wordle_grpo_config.yaml", "- my notes\n")
-    _setup("hub", tmp_path, monkeypatch)
-    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
-    out = tmp_path / "eval-out"
-    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    line = one_line_error(capsys, evaluate_cli.main([*args, "--out", str(out)]), tmp_path)
-    assert expected in line and also in line
-    assert not out.exists()
-
-
-def test_evaluate_out_that_is_a_file_is_refused_before_any_game(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
-    out = write(tmp_path / "results", "keep me\n")
-    line = one_line_error(capsys, evaluate_cli.main(["--games", "2", "--out", str(out)]), tmp_path)
-    assert "--out" in line and "is a file, not a directory" in line and out.read_text() == "keep me\n"
-
-
-def test_evaluate_vllm_backend_without_vllm_is_one_line(tmp_path, monkeypatch, capsys):
-    _setup("novllm", tmp_path, monkeypatch)  # also where vLLM is installed (CI's vLLM environment)
-    monkeypatch.setattr(evaluation.run, "evaluate_player", lambda *a, **k: pytest.fail("played before validating"))
-    line = one_line_error(capsys, evaluate_cli.main(["--games", "2", "--backend", "vllm"]), tmp_path)
-    assert "--backend vllm needs vLLM, which is not installed" in line and "--vllm_server URL" in line
 
 
 def test_hub_offline_mode_and_no_library_notices_in_a_fresh_process(tmp_path):

@@ -53,11 +53,13 @@ from trl import GRPOTrainer, get_peft_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from models.loading import load_tokenizer
+from models.source import model_source
 from rewards import get_reward_funcs
-from training.config import resolve
+from settings.arguments import SLOTS
+from settings.config import resolve
 from training.data import build_rows, make_row
-from training.modeling import load_tokenizer, model_source
-from training.rollout import SLOTS, GameRollout
+from training.rollout import GameRollout
 from training.trainer import WordleGRPOTrainer
 from wordle import train_secrets
 

@@ -18,7 +18,7 @@ import time
 
 from evaluation.run import evaluate_model, select_secrets
 from evaluation.vllm_backend import LocalEngine, ServerEngine
-from training.modeling import load_generation_side, load_vllm
+from models.loading import load_generation_side, load_vllm
 
 
 def timed(engine, tokenizer, secrets) -> tuple[float, list]:

@@ -6,7 +6,7 @@ Programmatic use, on any loaded causal LM and its tokenizer::
     results = evaluate_model(model, tokenizer, select_secrets(300))
     results[0].win_rate                 # the model's own row; a constrained row follows if asked for
 
-It never loads a model itself (that is ``training.modeling``'s; ``evaluate.py`` loads, then calls
+It never loads a model itself (that is ``models.loading``'s; ``evaluate.py`` loads, then calls
 this), so that evaluation and training never import each other.
 """
 

@@ -11,7 +11,7 @@ arithmetic does. What differs is how a reply is sampled and constrained:
   :func:`wordle.completion.guess_regex` of every allowed word, or of one game's remaining candidates.
 - **a LoRA adapter**: vLLM's own (``LoRARequest``; a server started with ``--enable-lora --lora-modules``).
 
-Engines: :class:`LocalEngine` wraps a ``vllm.LLM`` (loaded by ``training.modeling.load_vllm``);
+Engines: :class:`LocalEngine` wraps a ``vllm.LLM`` (loaded by ``models.loading.load_vllm``);
 :class:`ServerEngine` posts to a ``vllm serve`` server's OpenAI-compatible completions API.
 """
 

@@ -64,9 +64,9 @@ DEFAULT_WEIGHTS: dict[str, float] = {
 GAME_WEIGHTS: dict[str, float] = {**DEFAULT_WEIGHTS, "game_reward": 2.0}
 
 
-def default_rewards(rollout: str) -> dict[str, float]:
-    """The rewards and weights a rollout mode ("turn" or "game") uses unless told otherwise."""
-    return dict(GAME_WEIGHTS if rollout == "game" else DEFAULT_WEIGHTS)
+def default_rewards(whole_games: bool) -> dict[str, float]:
+    """The rewards and weights a run uses unless told otherwise: with ``game_reward`` when it plays whole games."""
+    return dict(GAME_WEIGHTS if whole_games else DEFAULT_WEIGHTS)
 
 
 def get_reward_funcs(names: Iterable[str] | None = None) -> list[RewardFunc]:

@@ -19,9 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import evaluate as evaluate_cli
 from evaluation.metrics import wilson
-from evaluation.report import (
+from evaluation.plots import (
     PLAYER_COLOURS,
-    PlayerResult,
     by_turn_figure,
     guess_histogram_figure,
     learning_curve_figure,
@@ -30,10 +29,11 @@ from evaluation.report import (
     plot_reward_curves,
     reward_curves_figure,
 )
+from evaluation.report import PlayerResult
 from rewards import DEFAULT_WEIGHTS, REWARD_RANGES
+from settings.errors import ConfigError
 from tinymodel import MODEL_DIR
 from training.card import make_adapter_config_portable, write_model_card
-from training.config import ConfigError
 
 HUB_ID = "Qwen/Qwen2.5-3B-Instruct"
 COMMAND = "python grpo_train.py --profile cpu --output_dir runs/a --learning_rate 5e-4"

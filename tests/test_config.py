@@ -12,11 +12,13 @@ from conftest import TURN_MODE
 
 import grpo_train
 from rewards import DEFAULT_WEIGHTS, GAME_WEIGHTS
-from training import arguments
-from training import config as config_mod
-from training import device as devices
-from training.config import ConfigError, ScriptArguments, available_profiles, resolve
-from training.summary import summary
+from runtime import device as devices
+from settings import arguments, checks
+from settings import config as config_mod
+from settings.arguments import ScriptArguments, available_profiles
+from settings.config import resolve
+from settings.errors import ConfigError
+from settings.summary import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -246,7 +248,7 @@ def test_reward_weights_must_match_rewards():
 def test_rewards_step_fills_the_modes_defaults(kwargs, expected_rewards, expected_weights):
     script = ScriptArguments(**kwargs)
     train_kw = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 6, "num_generations": 8}
-    config_mod._rewards(script, train_kw, [])
+    checks.choose_rewards(script, train_kw, [])
     assert script.rewards == expected_rewards
     assert train_kw["reward_weights"] == expected_weights
 
@@ -262,7 +264,7 @@ def test_rewards_step_fills_the_modes_defaults(kwargs, expected_rewards, expecte
 )
 def test_rewards_step_refuses(kwargs, train_kw, message):
     with pytest.raises(ConfigError, match=message):
-        config_mod._rewards(ScriptArguments(**kwargs), train_kw, [])
+        checks.choose_rewards(ScriptArguments(**kwargs), train_kw, [])
 
 
 def test_script_flags_step_wins_over_the_layers():
@@ -270,7 +272,7 @@ def test_script_flags_step_wins_over_the_layers():
     model_kw = {"model_name_or_path": "tiny", "load_in_4bit": True}
     notes: list[str] = []
     script = ScriptArguments(model="some/model", max_completion=96, no_4bit=True)
-    config_mod._apply_script_flags(script, train_kw, model_kw, notes)
+    checks.apply_script_flags(script, train_kw, model_kw, notes)
     assert train_kw == {"max_completion_length": 96, "optim": "adamw_torch"}
     assert model_kw == {"model_name_or_path": "some/model", "load_in_4bit": False, "load_in_8bit": False}
     assert len(notes) == 2 and "needs bitsandbytes" in notes[1]
@@ -279,10 +281,10 @@ def test_script_flags_step_wins_over_the_layers():
 def test_device_step_notes_an_absent_device_or_refuses_it(monkeypatch):
     monkeypatch.setattr(devices, "has_device", lambda device: False)
     script, notes = ScriptArguments(profile="cuda", device="cuda"), []
-    assert config_mod._check_device(script, {"bf16": True}, {}, notes, check=False) is False
+    assert checks.check_device(script, {"bf16": True}, {}, notes, check=False) is False
     assert notes == ["device cuda is not present on this machine: shown as the profile sets it"]
     with pytest.raises(ConfigError, match="profile cuda needs an NVIDIA GPU"):
-        config_mod._check_device(script, {}, {}, [], check=True)
+        checks.check_device(script, {}, {}, [], check=True)
 
 
 def test_merge_needs_a_lora_adapter():

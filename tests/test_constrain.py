@@ -17,8 +17,9 @@ from evaluation import ModelPlayer, play
 from evaluation.constrain import GuessConstraint
 from evaluation.report import read_json
 from evaluation.run import select_secrets
-from training.config import TINY, resolve
-from training.modeling import load_for_inference
+from models.loading import load_for_inference
+from settings.arguments import TINY
+from settings.config import resolve
 from wordle import allowed, candidates
 from wordle.completion import guess_regex
 from wordle.decoding import Decoding

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-import grpo_train
-from training.config import ConfigError, resolve
+from settings.config import resolve
+from settings.errors import ConfigError
+from training import run
 from training.data import build_rows, drop_long_prompts, load_rows, save_rows, validate_rows
 from wordle import EVAL_SIZE, MAX_GUESSES, answers, eval_secrets, history_for, parse_history, score_guess, train_secrets
 
@@ -42,7 +43,7 @@ def test_the_training_secrets_split_into_sft_rl_and_validation():
 def test_built_rows_and_game_starts_come_from_the_chosen_half(tmp_path):
     resolved = resolve(["--profile", "cpu", "--output_dir", str(tmp_path)])
     assert resolved.script.secrets == "rl"  # the embedded model's profile section: the half its SFT never saw
-    rows = grpo_train.training_rows(resolved, grpo_train.plan(resolved))
+    rows = run.training_rows(resolved, run.plan(resolved))
     assert {r["secret"] for r in rows} <= set(train_secrets("rl"))
     for part in ("half", "val"):  # val chooses settings: training on it would make it a training set
         with pytest.raises(ConfigError, match=f"unknown part of the training secrets '{part}' in --secrets"):

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import TURN_MODE
 
+import evaluation.run
 import grpo_train
 from evaluation.report import read_json
-from training import distributed
+from runtime import distributed
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [
@@ -69,7 +70,7 @@ def test_two_processes_share_the_games_and_play_each_once(two_process_run):
     _, before = read_json(out / "eval" / "before.json")
     _, after = read_json(out / "eval" / "after.json")
     for result in (before[0], before[4], *after):  # each opening's games
-        assert [g.secret for g in result.games] == list(grpo_train.select_secrets(6))  # in order, none twice
+        assert [g.secret for g in result.games] == list(evaluation.run.select_secrets(6))  # in order, none twice
         assert result.metrics["games"] == 6
 
 

@@ -30,8 +30,9 @@ from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from evaluation.vllm_backend import same_model, server_url
 from rewards import REWARD_FUNCS, TURN_REWARDS
+from settings.config import resolve
 from tinymodel.build import build
-from training.config import resolve
+from training import before_after
 from wordle import eval_secrets, normalize_word, parse_completion, score_guess, train_secrets
 from wordle.decoding import Decoding
 from wordle.game import GameView, format_reply
@@ -48,7 +49,7 @@ def tiny_ci(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_ci):
-    from training.modeling import load_for_inference
+    from models.loading import load_for_inference
 
     return load_for_inference(str(tiny_ci), device="cpu")
 
@@ -401,7 +402,7 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
         *TURN_MODE,
     ]
     trainer = grpo_train.train(resolve(argv))
-    directory = out / grpo_train.EVAL_DIR
+    directory = out / before_after.EVAL_DIR
     assert {p.name for p in directory.iterdir()} == {
         "before.json",
         "after.json",
@@ -423,8 +424,8 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
 
     # On --resume the saved evaluation stands for the starting model: no game is played again.
     calls = []
-    real = grpo_train.evaluate_model
-    monkeypatch.setattr(grpo_train, "evaluate_model", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
+    real = before_after.evaluate_model
+    monkeypatch.setattr(before_after, "evaluate_model", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
     grpo_train.train(resolve([*argv, "--max_steps", "2", "--resume"]))
     assert calls == ["after", "after"]  # once per opening
 

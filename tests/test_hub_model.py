@@ -25,10 +25,11 @@ import evaluate as evaluate_cli
 import grpo_train
 import tinymodel
 from evaluation.report import read_json
+from models.loading import fold_system_if_refused, folds_system, load_tokenizer
+from models.memory import QWEN2_5_3B
 from rewards import TURN_REWARDS
-from training.config import ConfigError, resolve
-from training.memory import QWEN2_5_3B
-from training.modeling import fold_system_if_refused, folds_system, load_tokenizer
+from settings.config import resolve
+from settings.errors import ConfigError
 from wordle import SYSTEM_PROMPT, render_prompt
 from wordle.prompts import render_user_message
 

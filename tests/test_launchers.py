@@ -21,7 +21,7 @@ import pytest
 from conftest import TURN_MODE
 from safetensors.torch import load_file
 
-from training import distributed
+from runtime import distributed
 
 pytestmark = pytest.mark.slow
 

@@ -179,10 +179,11 @@ def test_sleep_mode_pushes_the_weights_once_per_game_step():
     )
     gen._iter_named_params = lambda: iter([("weight", torch.zeros(1))])
     trainer = FakeTrainer(gen, mode="colocate")
-    trainer.num_generations, trainer.rollout_rows = 1, [{"secret": "QUERY", "past_guess_history": []}] * MAX_GUESSES
+    trainer.num_generations = 1
     trainer._log_metric = lambda name, value: None
     trainer.args.per_device_train_batch_size = MAX_GUESSES
     rollout = GameRollout()
+    rollout.begin([{"secret": "QUERY", "past_guess_history": []}] * MAX_GUESSES)
     for step in (1, 2):
         trainer.state.global_step = step
         gen.sync_weights()  # what TRL's _generate does before it calls rollout_func, once per step

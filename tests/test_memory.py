@@ -10,8 +10,9 @@ import pytest
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from training import memory
-from training.memory import GB, QWEN2_5_3B, RollbackAdvisor, Run, Shape, estimate, peak
+from models import memory
+from models.memory import GB, QWEN2_5_3B, Run, Shape, estimate, peak
+from training.rollback import RollbackAdvisor
 
 SMALL = Shape(vocab=1000, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, tied=True)
 
@@ -128,7 +129,7 @@ def _steps(advisor, clock, seconds, state=None):
 def test_advisor_logs_the_seed_rollback_once_on_a_slow_step(caplog):
     clock = FakeClock()
     advisor, state = _advisor(clock), _State()
-    with caplog.at_level(logging.WARNING, logger="training.memory"):
+    with caplog.at_level(logging.WARNING, logger="training.rollback"):
         _steps(advisor, clock, [9.0, 1.0, 1.2, 0.9, 1.1, 1.0, 1.05, 2.5], state)  # the first step compiles: left out
         assert advisor.advice is None
         _steps(advisor, clock, [226.0, 300.0], state)
@@ -186,7 +187,7 @@ def test_colocated_vllm_reserves_its_share_awake_or_only_while_generating():
 
 @pytest.mark.parametrize(("config", "mode"), [("colocate", "colocate"), ("server", "server")])
 def test_shipped_vllm_configs_resolve_on_the_cuda_profile(config, mode):
-    from training.config import resolve
+    from settings.config import resolve
 
     path = Path(__file__).resolve().parents[1] / "configs" / "vllm" / f"{config}.yaml"
     resolved = resolve(["--profile", "cuda", "--config", str(path), "--dry-run"])
@@ -197,7 +198,7 @@ def test_shipped_vllm_configs_resolve_on_the_cuda_profile(config, mode):
 
 
 def test_colocated_vllm_on_cpu_counts_its_kv_cache_and_weight_copy_not_a_share_of_ram(monkeypatch):
-    from training.config import resolve
+    from settings.config import resolve
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")
     path = Path(__file__).resolve().parents[1] / "configs" / "vllm" / "colocate.yaml"
@@ -210,7 +211,7 @@ def test_colocated_vllm_on_cpu_counts_its_kv_cache_and_weight_copy_not_a_share_o
 
 
 def test_a_cpu_run_without_vllm_counts_and_names_no_vllm():
-    from training.config import resolve
+    from settings.config import resolve
 
     run = memory.run_settings(resolve(["--profile", "cpu", "--dry-run"]), prompt_tokens=68)
     assert run.vllm_fraction == 0.0 and run.vllm_cpu_kv_gib == 0.0

@@ -15,10 +15,12 @@ from trl.trainer.utils import split_tensor_dict
 
 import grpo_train
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
-from training.config import ConfigError, resolve
+from settings.arguments import SLOTS
+from settings.config import resolve
+from settings.errors import ConfigError
+from settings.summary import summary
 from training.data import make_row
-from training.rollout import SLOTS, GameRollout, KeptRows, kept_rows, lone_turn_share
-from training.summary import summary
+from training.rollout import GameBatch, GameRollout, KeptRows, kept_rows, lone_turn_share
 from training.trainer import drop_placeholders, trim_padding
 from wordle import MAX_GUESSES, history_for
 from wordle.game import Game, format_reply, play
@@ -253,15 +255,15 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
     tokens = out["completion_mask"].bool() & live[:, None]
     # The rollout told the scoring pass which rows are placeholders: beside live rows the reference log-probs are
     # 0 there (a micro-batch of placeholders alone is scored whole, as the loss takes it whole; all masked out).
-    assert trainer.rollout_kept is None  # and only for that pass
+    assert trainer._scoring is None  # and only for that pass
     beside_live = live.view(-1, size).any(1).repeat_interleave(size)
     assert not out["ref_per_token_logps"][~live & beside_live].any() and out["ref_per_token_logps"][tokens].any()
     with torch.no_grad():
-        trainer.rollout_kept = KeptRows.of(live.tolist(), size)
+        trainer._scoring = GameBatch([], KeptRows.of(live.tolist(), size))
         try:
             scored_logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, size)
         finally:
-            trainer.rollout_kept = None
+            trainer._scoring = None
         padded, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, width, size)
         # The same log-probs as TRL's padded pass over every row, up to float rounding ...
         assert torch.allclose(scored_logps[tokens], padded[tokens], atol=1e-4)

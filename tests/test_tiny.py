@@ -21,6 +21,9 @@ import tinymodel
 import tinymodel.build
 from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
+from models.source import model_source
+from settings.config import resolve
+from settings.errors import ConfigError
 from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
 from tinymodel.bag import add_past_guess_heads, as_llama, fit_guess_bag, guess_states, wire_guess_bag
 from tinymodel.build import SCALES, build, build_model
@@ -37,9 +40,7 @@ from tinymodel.tokenizer import (
     past_guess_ids,
     prompt_only_ids,
 )
-from training.config import ConfigError, resolve
 from training.data import make_row
-from training.modeling import model_source
 from wordle import (
     SYSTEM_PROMPT,
     Solver,

@@ -21,10 +21,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 import grpo_train
+from runtime import device as devices
+from runtime import distributed
+from settings.arguments import CONFIG_FILE
+from settings.config import resolve
 from tinymodel import MODEL_DIR
-from training import device as devices
-from training import distributed
-from training.config import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +84,7 @@ def test_grpo_steps_change_lora_and_leave_the_base_alone(tmp_path):
     reloaded, _ = split_params(loaded)
     for name, tensor in lora.items():
         torch.testing.assert_close(reloaded[name], tensor, msg=name)
-    assert (out / grpo_train.CONFIG_FILE).is_file() and (out / "tokenizer_config.json").is_file()
+    assert (out / CONFIG_FILE).is_file() and (out / "tokenizer_config.json").is_file()
     assert not (out / distributed.LOCK_FILE).exists()  # it would be uploaded with the adapter
 
     # Every training log carries each reward by name, the spread, length, clipping, time and memory.

@@ -33,9 +33,9 @@ from transformers import AutoModelForCausalLM
 import grpo_train
 from evaluation.run import evaluate_model, select_secrets
 from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
+from models.loading import load_for_inference, load_generation_side, load_vllm
+from settings.config import resolve
 from tinymodel import MODEL_DIR
-from training.config import resolve
-from training.modeling import load_for_inference, load_generation_side, load_vllm
 from wordle import allowed, candidates
 from wordle.completion import parse_completion
 from wordle.decoding import Decoding

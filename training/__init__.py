@@ -1,5 +1,5 @@
-"""The trainer's wiring to TRL: profiles and arguments, data, models, callbacks, the embedded tiny model.
+"""GRPO on TRL: the training rows, game-mode rollouts, the trainer, its callbacks, the run itself from
+the output directory's checks to the adapter and its card, and the evaluation before and after.
 
-``grpo_train.py`` is the entry point; this package holds what it is built from. It builds on
-``wordle/`` and ``rewards/`` and neither of them knows about it.
+``grpo_train.py`` is the entry point; this package is what it is built from.
 """

@@ -18,7 +18,7 @@ import yaml
 from transformers import TrainerCallback
 
 from rewards import REWARD_FUNCS, REWARD_RANGES
-from training.config import CONFIG_FILE, TINY
+from settings.arguments import CONFIG_FILE, TINY
 
 ADAPTER_CONFIG = "adapter_config.json"
 CARD = "README.md"
@@ -29,7 +29,7 @@ BaseKind = Literal["tiny", "local", "hub"]
 
 def base_kind(base_model: str) -> BaseKind:
     """What ``--model`` named: the embedded model, a local directory or a hub id, decided in the order
-    ``training.modeling.model_source`` decides it (a directory wins over a hub id of the same name)."""
+    ``models.source.model_source`` decides it (a directory wins over a hub id of the same name)."""
     if base_model == TINY:
         return "tiny"
     return "local" if Path(base_model).expanduser().is_dir() else "hub"

@@ -19,7 +19,7 @@ import datasets
 from rich.console import Console
 from rich.progress import Progress
 
-from training.config import ConfigError
+from settings.errors import ConfigError
 from wordle import (
     MAX_GUESSES,
     Solver,

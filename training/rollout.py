@@ -38,13 +38,12 @@ from transformers import GenerationConfig
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
-from training import distributed
-from wordle import MAX_GUESSES, row_history, row_secret
+from runtime import distributed
+from settings.arguments import SLOTS
+from wordle import row_history, row_secret
 from wordle.decoding import Decoding
 from wordle.game import Game, GameView, count, play
 from wordle.openings import OWN, RANDOM_ANSWER
-
-SLOTS = MAX_GUESSES  # one sample slot per possible turn; training.config sizes the batch for it
 
 
 class PolicyPlayer:
@@ -179,14 +178,30 @@ def _generator_seed(seed: int, step: int, process: int) -> int:
     return (seed * 1_000_003 + step * 7_919 + process) % 2**63
 
 
+@dataclass
+class GameBatch:
+    """One generation batch, as the trainer and the rollout share it: TRL passes ``rollout_func`` the
+    prompts alone, and hands the trainer's scoring pass and loss nothing of what the games left out."""
+
+    rows: list[dict]  # the batch's dataset rows: the games start from them (the trainer's, in)
+    kept: KeptRows | None = None  # the rows each micro-batch keeps (the rollout's, out)
+
+
 class GameRollout:
-    """``rollout_func(prompts, trainer)`` for TRL's GRPOTrainer: whole games, one sample per turn slot."""
+    """``rollout_func(prompts, trainer)`` for TRL's GRPOTrainer: whole games, one sample per turn slot.
+
+    The trainer opens each generation batch with :meth:`begin`; the games fill in its ``kept`` rows."""
 
     def __init__(self, slots: int = SLOTS) -> None:
         self.slots = slots
+        self.batch = GameBatch([])
+
+    def begin(self, rows: list[dict]) -> GameBatch:
+        self.batch = GameBatch(rows)
+        return self.batch
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
-        rows = trainer.rollout_rows  # the batch's dataset rows, handed over by WordleGRPOTrainer
+        rows = self.batch.rows
         generations = trainer.num_generations
         block = self.slots * generations
         if len(prompts) != len(rows) or len(rows) % block:
@@ -206,7 +221,7 @@ class GameRollout:
         out = self.layout(games, player.records, generations, trainer.eos_token_ids[0])
         # For the trainer's scoring pass, which skips placeholders as the loss does (its inputs hold no env_mask).
         live = [bool(mask[0]) for mask in out["env_mask"]]
-        trainer.rollout_kept = KeptRows.of(live, trainer.args.per_device_train_batch_size)
+        self.batch.kept = KeptRows.of(live, trainer.args.per_device_train_batch_size)
         return out
 
     def layout(self, games: Sequence[Game], records: dict, generations: int, eos_id: int) -> dict[str, list]:

@@ -22,10 +22,10 @@ from transformers import ProgressCallback, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
-from training import distributed
-from training.config import DISK_FULL, ConfigError
-from training.device import memory_source, peak_memory_mb
-from training.rollout import GameCheck, GameRollout, KeptRows, kept_rows, quiet_placeholder_warning
+from runtime import distributed
+from runtime.device import memory_source, peak_memory_mb
+from settings.errors import DISK_FULL, ConfigError
+from training.rollout import GameBatch, GameCheck, GameRollout, kept_rows, quiet_placeholder_warning
 
 
 class WordleGRPOTrainer(GRPOTrainer):
@@ -41,9 +41,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         **kwargs,
     ) -> None:
         self.game_rollout, self.check, self.check_steps = rollout, check, check_steps
-        self.rollout_rows: list[dict] = []
-        self.rollout_kept: KeptRows | None = None  # set by the rollout, for its batch's scoring pass only
-        self._micro_kept: KeptRows | None = None  # the same, kept for the loss's micro-batches
+        self._scoring: GameBatch | None = None  # the generation batch whose scoring pass runs now
         if rollout is not None:
             # TRL warns once that rollout_func is experimental; this project pins the TRL it was built on.
             os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -74,7 +72,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         if self.game_rollout is None or not self.model.training:
             return super()._prepare_inputs(generation_batch)
         # TRL's, less the shuffle, plus trimming. One optimizer step takes the whole generation batch
-        # (training.config sets the accumulation so), so the order of its micro-batches cannot change
+        # (settings.config sets the accumulation so), so the order of its micro-batches cannot change
         # the update; kept in slot order, a micro-batch holds turns of one slot, whose prompts are of
         # similar length, and trimming the columns that are padding in all of its rows stops a turn-1
         # prompt paying for a turn-6 one's width, and a micro-batch of placeholders from costing anything.
@@ -82,7 +80,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         if self._step % every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
             micro = split_tensor_dict(batch, self.args.steps_per_generation)
-            kept = self._micro_kept
+            kept = self.game_rollout.batch.kept
             self._buffered_inputs = [
                 trim_padding(drop_placeholders(b, None if kept is None else kept.counts[k]))
                 for k, b in enumerate(micro)
@@ -103,7 +101,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         # third less on the main job. Its chunks are those micro-batches (the same per_device_train_batch_size
         # rows, in order), so reference and policy see identical inputs and the first step's KL is exactly 0.
         batch_size = batch_size or input_ids.size(0)
-        kept = self.rollout_kept  # set for a rollout's scoring pass only: the loss's micro-batches keep these rows
+        kept = None if self._scoring is None else self._scoring.kept  # the loss's micro-batches are cut already
         if kept is not None and (len(kept.live) != input_ids.size(0) or kept.size != batch_size):
             kept = None
         logps, entropies, aux = [], [], []
@@ -134,12 +132,13 @@ class WordleGRPOTrainer(GRPOTrainer):
         )
 
     def _generate_and_score_completions(self, inputs):
-        self.rollout_rows = inputs  # TRL passes rollout_func the prompts only; the game needs the rows
+        if self.game_rollout is None:
+            return super()._generate_and_score_completions(inputs)
+        self._scoring = self.game_rollout.begin(inputs)
         try:
             return super()._generate_and_score_completions(inputs)
         finally:
-            # Set by the rollout for this batch's scoring, and kept for its micro-batches only.
-            self._micro_kept, self.rollout_kept = self.rollout_kept, None
+            self._scoring = None
 
     def _save_checkpoint(self, model, trial) -> None:
         try:

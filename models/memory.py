@@ -1,5 +1,5 @@
-"""Memory before a run: a per-device estimate from ``config.json`` alone (``--dry-run`` prints it),
-and during a run, the rollback advisor.
+"""Memory before a run: a per-device estimate from ``config.json`` alone (``--dry-run`` prints it).
+During a run, ``training.rollback`` watches for the swapping this estimate is there to prevent.
 
 The estimate adds what a GRPO step holds at its fullest, in bytes, part by part:
 
@@ -30,18 +30,16 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from transformers import TrainerCallback
-
-from training.config import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, ConfigError, Resolved
-from training.data import make_row
-from training.device import memory_in_use, memory_limit, rss_bytes
-from training.modeling import model_config
-from training.rollout import SLOTS
-from wordle import MAX_GUESSES, history_for
+from models.source import model_config
+from runtime.device import memory_limit, rss_bytes
+from settings.arguments import SLOTS
+from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV
+from settings.config import Resolved
+from settings.errors import ConfigError
+from wordle import MAX_GUESSES, history_for, render_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +268,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
     t, m, s = resolved.training, resolved.model, resolved.script
     per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
     # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.
-    sequences = per_device_generation // SLOTS if s.rollout == "game" else per_device_generation
+    sequences = per_device_generation // SLOTS if s.rollout.plays_games else per_device_generation
     vllm_fraction = t.vllm_gpu_memory_utilization if t.use_vllm and t.vllm_mode == "colocate" else 0.0
     return Run(
         dtype=str(m.dtype or "float32"),
@@ -303,7 +301,7 @@ ASSUMED_PROMPT_TOKENS = 256
 def longest_prompt_tokens(tokenizer) -> int:
     """Tokens of the longest prompt a game can reach: the last turn's, five guesses in."""
     guesses = ["SOARE", "CLINT", "DUMPY", "FIGHT", "WHELK"][: MAX_GUESSES - 1]
-    messages = make_row("BOXER", history_for("BOXER", guesses))["prompt"]
+    messages = render_prompt(history_for("BOXER", guesses))
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
     return len(encoded["input_ids"])
 
@@ -326,98 +324,3 @@ def preflight(resolved: Resolved, source: str, tokenizer: Any = None) -> dict[st
     if tokenizer is None:
         result["assumes"] += f" (no tokenizer in {source}: the prompt length is assumed)"
     return result
-
-
-class RollbackAdvisor(TrainerCallback):
-    """Watches step time and memory, and logs the rollback once when a run falls into seed 002's trap.
-
-    A step that takes ``slow_factor`` times the median of the first ``baseline_steps`` steps (after
-    the first, which compiles and fills caches), or memory past ``memory_fraction`` of the device's,
-    means swapping is near or here (seed 002: 226 s/iteration on MPS). The advice follows the seed's
-    order, starting at the first rung the run has not taken: ``--max-completion 96``, then fewer
-    generations, then a smaller batch, each with ``--resume``.
-    """
-
-    def __init__(
-        self,
-        *,
-        max_completion_length: int,
-        num_generations: int,
-        per_device_train_batch_size: int,
-        gradient_accumulation_steps: int,
-        output_dir: str,
-        limit_bytes: int | None,
-        memory_bytes=None,
-        clock=time.monotonic,
-        baseline_steps: int = 5,
-        slow_factor: float = 3.0,
-        memory_fraction: float = 0.9,
-    ) -> None:
-        self.completion = max_completion_length
-        self.generations = num_generations
-        self.batch = per_device_train_batch_size
-        self.accumulation = gradient_accumulation_steps
-        self.output_dir = output_dir
-        self.limit = limit_bytes
-        self.memory_bytes = memory_bytes or (lambda: None)
-        self.clock = clock
-        self.baseline_steps = baseline_steps
-        self.slow_factor = slow_factor
-        self.memory_fraction = memory_fraction
-        self.times: list[float] = []
-        self.started: float | None = None
-        self.advice: str | None = None  # what was logged, once
-
-    @classmethod
-    def for_run(cls, resolved: Resolved) -> RollbackAdvisor:
-        t = resolved.training
-        limit = memory_limit(resolved.script.device)
-        return cls(
-            max_completion_length=t.max_completion_length,
-            num_generations=t.num_generations,
-            per_device_train_batch_size=t.per_device_train_batch_size,
-            gradient_accumulation_steps=t.gradient_accumulation_steps,
-            output_dir=t.output_dir,
-            limit_bytes=limit[0] if limit else None,
-            memory_bytes=memory_in_use,
-        )
-
-    def rungs(self) -> list[str]:
-        """The seed's rollback order, from the first rung this run has not already taken."""
-        out = []
-        if self.completion > 96:
-            out.append("--max-completion 96")
-        if self.generations > 2:
-            out.append(f"--num_generations {max(2, self.generations // 2)}")
-        if self.batch > 1:  # the same completions per step, in smaller micro-batches
-            out.append(
-                f"--per_device_train_batch_size {self.batch // 2} --gradient_accumulation_steps {self.accumulation * 2}"
-            )
-        return out
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.started = self.clock()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.started is None or self.advice is not None:
-            return
-        seconds = self.clock() - self.started
-        self.times.append(seconds)
-        reason = None
-        baseline = sorted(self.times[1 : 1 + self.baseline_steps])
-        if len(self.times) > 1 + self.baseline_steps:
-            median = baseline[len(baseline) // 2]
-            if seconds > self.slow_factor * median:
-                reason = f"step {state.global_step} took {seconds:.0f} s, {seconds / median:.1f}x the first steps' {median:.1f} s"
-        used = self.memory_bytes()
-        if reason is None and used is not None and self.limit and used > self.memory_fraction * self.limit:
-            reason = f"memory at {used / GB:.1f} GB of {self.limit / GB:.1f} GB"
-        if reason is None:
-            return
-        rungs = self.rungs()
-        if rungs:
-            steps = "; then ".join(f"{r} --resume" for r in rungs)
-            self.advice = f"{reason}: swapping or near the memory limit. Stop and roll back, in this order: {steps}"
-        else:
-            self.advice = f"{reason}: swapping or near the memory limit, and every rollback is already taken"
-        logger.warning("%s (checkpoints in %s)", self.advice, self.output_dir)

@@ -1,6 +1,6 @@
 """What the two entry scripts share: ``--help`` that fits a screen, and user errors as one line.
 
-A user error is a :class:`~training.config.ConfigError`: it is printed as ``error: ...`` on stderr
+A user error is a :class:`~settings.config.ConfigError`: it is printed as ``error: ...`` on stderr
 with exit code 2, never as a traceback; stdout stays empty.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from training.config import DISK_FULL, ConfigError
+from settings.errors import DISK_FULL, ConfigError
 
 HELP_ALL = "--help-all"
 

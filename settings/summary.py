@@ -13,10 +13,10 @@ from typing import Any
 import yaml
 from trl import GRPOConfig
 
-from training import device as devices
-from training import distributed
-from training.config import TINY, Resolved, ScriptArguments, plain
-from training.rollout import SLOTS
+from runtime import device as devices
+from runtime import distributed
+from settings.arguments import SLOTS, TINY, ScriptArguments
+from settings.config import Resolved, plain
 from wordle.openings import Opening
 
 
@@ -92,10 +92,14 @@ def summary(resolved: Resolved) -> dict[str, Any]:
 
 
 def _rollout_summary(script: ScriptArguments, samples: int, generations: int) -> dict[str, Any]:
-    if script.rollout == "turn":
-        return {"mode": "turn", "completions_per_step": samples, "states_per_step": samples // generations}
+    if not script.rollout.plays_games:
+        return {
+            "mode": script.rollout.value,
+            "completions_per_step": samples,
+            "states_per_step": samples // generations,
+        }
     return {
-        "mode": "game",
+        "mode": script.rollout.value,
         "games_per_step": samples // SLOTS,
         "start_states_per_step": samples // (SLOTS * generations),
         "games_per_start_state": generations,

@@ -1,17 +1,36 @@
 """The script's own arguments: a dataclass that TrlParser parses beside TRL's GRPOConfig and ModelConfig.
 
 Every field here is a flag (``--rollout game``) and a key of a profile or ``--config`` file; how the
-layers combine is ``training.config``.
+layers combine is ``settings.config``.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewards import REWARD_FUNCS
+from settings.errors import unknown
+from wordle import MAX_GUESSES
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+TINY = "tiny"  # --model tiny: the embedded model (tinymodel/)
+CONFIG_FILE = "wordle_grpo_config.yaml"  # the resolved configuration, saved beside a run's adapter
+MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+SLOTS = MAX_GUESSES  # game mode: one sample slot per possible turn of each game
+
+
+class Rollout(str, enum.Enum):
+    """How a step's completions are made. Decided once, when the arguments are parsed; the rest of the
+    code asks it (``script.rollout.plays_games``) rather than comparing names."""
+
+    TURN = "turn"  # each completion answers one game state of the training rows
+    GAME = "game"  # each step plays whole games with the current policy, one sample per turn
+
+    @property
+    def plays_games(self) -> bool:
+        return self is Rollout.GAME
 
 
 def available_profiles() -> list[str]:
@@ -88,8 +107,8 @@ class ScriptArguments:
             "max_completion_length)"
         },
     )
-    rollout: str = field(
-        default="turn",
+    rollout: Rollout = field(
+        default=Rollout.TURN,
         metadata={
             "help": "turn: each completion answers one game state from the training rows; game: each step plays "
             "num_generations whole games per start state with the current policy, one sample per turn"
@@ -145,3 +164,10 @@ class ScriptArguments:
             "allowed word ('allowed'), through vllm_structured_outputs_regex"
         },
     )
+
+    def __post_init__(self) -> None:
+        # A profile's or --config's value arrives as text that argparse never checked: the one place it becomes a mode.
+        try:
+            self.rollout = Rollout(self.rollout)
+        except ValueError:
+            raise unknown("rollout", str(self.rollout), [r.value for r in Rollout], "--rollout") from None

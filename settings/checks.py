@@ -1,0 +1,242 @@
+"""The checks and adjustments that run on the layered values before TRL's configs are built.
+
+Each one either fixes a value the user asked for in a way that cannot work as written (recorded in
+``notes``, printed by ``--dry-run``), or raises a one-line ``ConfigError`` naming the flag. They run
+in the order ``settings.config.resolve`` calls them: the script's own flags first, so they win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+from trl import GRPOConfig
+
+from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
+from runtime import device as devices
+from settings.arguments import MERGE_DTYPES, SLOTS, ScriptArguments
+from settings.errors import ConfigError, unknown
+from settings.launch import launch_problem
+from wordle.completion import guess_regex
+from wordle.openings import Opening
+from wordle.words import train_secrets
+
+# transformers 5.20 renamed gradient_checkpointing to activation_checkpointing. vLLM pins older releases
+# (0.31: transformers <5.18), where only the old name exists: profiles keep the new name, read as the old one there.
+NEW_CHECKPOINTING = "activation_checkpointing"
+HAS_NEW_CHECKPOINTING = NEW_CHECKPOINTING in {f.name for f in dataclasses.fields(GRPOConfig)}
+# On CPU, vLLM sizes its KV cache from this variable (GiB), else from a share of RAM (peaks of 3.6-4.5 GB
+# measured on the embedded model, 2.1 GB with 1 GiB). A run that uses vLLM on CPU sets it if the user did not.
+VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT = "VLLM_CPU_KVCACHE_SPACE", "1"
+
+
+# (field, lowest valid value, what it counts): a value below is a typo, caught before anything runs.
+_AT_LEAST = (
+    ("max_completion_length", 1, "tokens"),
+    ("per_device_train_batch_size", 1, "completions"),
+    ("gradient_accumulation_steps", 1, "micro-steps"),
+    ("num_generations", 2, "completions per prompt (GRPO compares at least two)"),
+    ("save_steps", 1, "steps"),
+    ("logging_steps", 1, "steps"),
+)
+
+
+def check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any]) -> None:
+    for name, low, unit in _AT_LEAST:
+        value = train_kw.get(name)
+        if value is not None and value < low:
+            rollback = name == "max_completion_length" and script.max_completion is not None
+            flag = "--max-completion" if rollback else f"--{name}"
+            raise ConfigError(f"{flag} must be at least {low} ({unit}), got {value}")
+    if train_kw.get("max_steps", -1) == 0 or train_kw.get("max_steps", -1) < -1:
+        raise ConfigError(f"--max_steps must be positive (or -1 for num_train_epochs), got {train_kw['max_steps']}")
+    for name in ("learning_rate", "temperature"):
+        if train_kw.get(name) is not None and not train_kw[name] > 0:
+            raise ConfigError(f"--{name} must be positive, got {train_kw[name]}")
+    if model_kw.get("use_peft") and model_kw.get("lora_r", 1) < 1:
+        raise ConfigError(f"--lora_r must be at least 1, got {model_kw['lora_r']}")
+    if script.train_rows < 1:
+        raise ConfigError(f"--train_rows must be at least 1, got {script.train_rows}")
+    if not 0 <= script.explore <= 1:
+        raise ConfigError(f"--explore is a share of guesses, between 0 and 1; got {script.explore}")
+    if script.torch_threads < 0 or script.mps_empty_cache_steps < 0:
+        raise ConfigError("--torch_threads and --mps_empty_cache_steps must be 0 (off) or more")
+    if not 1 <= script.eval_games <= 300:
+        raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
+    if script.game_eval_steps < 0:
+        raise ConfigError(f"--game_eval_steps must be 0 (off) or more, got {script.game_eval_steps}")
+    if not 0 <= script.game_openings <= 1:
+        raise ConfigError(f"--game_openings is a share of start states, between 0 and 1; got {script.game_openings}")
+    for spec in script.eval_openings:
+        try:
+            Opening.parse(spec)
+        except ValueError as exc:
+            raise ConfigError(f"--eval_openings: {exc}") from None
+    n_val = len(train_secrets("val"))  # the check plays at most every validation secret
+    if not 1 <= script.game_eval_games <= n_val:
+        raise ConfigError(
+            f"--game_eval_games must be between 1 and {n_val} (the validation secrets), got {script.game_eval_games}"
+        )
+    if script.merge and not model_kw.get("use_peft", True):
+        raise ConfigError("--merge merges a LoRA adapter; with --use_peft false the output is already a whole model")
+    if script.merge_dtype not in MERGE_DTYPES:
+        raise ConfigError(f"unknown --merge_dtype {script.merge_dtype!r}; valid: {', '.join(MERGE_DTYPES)}")
+
+
+def apply_script_flags(
+    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str]
+) -> None:
+    """The script's own flags, applied last so they win over every layer."""
+    if script.model is not None:
+        model_kw["model_name_or_path"] = script.model
+    if script.max_completion is not None:
+        train_kw["max_completion_length"] = script.max_completion
+        notes.append(f"--max-completion {script.max_completion}: max_completion_length = {script.max_completion}")
+    if script.world_size is not None:
+        if not script.dry_run:
+            raise ConfigError(
+                "--world_size previews a launch with --dry-run; to run on N processes: torchrun --nproc_per_node N"
+            )
+        if script.world_size < 1:
+            raise ConfigError(f"--world_size must be at least 1, got {script.world_size}")
+    if script.no_4bit:
+        model_kw["load_in_4bit"] = model_kw["load_in_8bit"] = False
+        if "8bit" in str(train_kw.get("optim", "")):
+            notes.append(f"--no-4bit: optimizer {train_kw['optim']} needs bitsandbytes, using adamw_torch")
+            train_kw["optim"] = "adamw_torch"
+
+
+def old_names(argv: list[str], values: dict[str, Any], train_kw: dict[str, Any], notes: list[str]) -> None:
+    """``gradient_checkpointing`` is transformers 5's old name for ``activation_checkpointing``, and the new one wins
+    in TrainingArguments: a ``--gradient_checkpointing true`` beside a profile's ``activation_checkpointing: false``
+    was silently ignored. Profiles use only the new name, so the old one, when given, is the user's."""
+    flags = {"--gradient_checkpointing", "--gradient-checkpointing"}
+    if not HAS_NEW_CHECKPOINTING:  # one name only: nothing to reconcile
+        return
+    if "gradient_checkpointing" in values or any(a.split("=")[0] in flags for a in argv):
+        value = train_kw["activation_checkpointing"] = train_kw["gradient_checkpointing"]
+        notes.append(f"gradient_checkpointing is activation_checkpointing in transformers 5: set to {value}")
+
+
+def constrain_vllm(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    if script.constrain_vllm is None:
+        return
+    if script.constrain_vllm != "allowed":
+        raise ConfigError(f"unknown --constrain_vllm {script.constrain_vllm!r}; valid: allowed")
+    if not train_kw.get("use_vllm"):
+        raise ConfigError("--constrain_vllm needs vLLM generation: pass --use_vllm true (pip install vllm)")
+    train_kw["vllm_structured_outputs_regex"] = guess_regex()
+    notes.append("--constrain_vllm allowed: vLLM rollouts can only guess allowed words (a regex of all 12972)")
+
+
+def vllm_on_device(
+    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str]
+) -> None:
+    """What TRL's vLLM modes need of the device, checked before vLLM starts (and fails deep inside it).
+
+    Server mode sends the trained weights to the server over NCCL, which only CUDA has. Sleep mode
+    releases GPU memory, and vLLM's other platforms refuse it with a pydantic trace at start: off there.
+    """
+    if not train_kw.get("use_vllm"):
+        return
+    gpu = script.device in ("cuda", "rocm")  # ROCm's torch is a CUDA build, RCCL its NCCL
+    if train_kw.get("vllm_mode") == "server" and not gpu:
+        raise ConfigError(
+            f"vLLM server mode sends weights to the server over NCCL, which needs a CUDA GPU (device {script.device}): "
+            "use --vllm_mode colocate"
+        )
+    if model_kw.get("load_in_4bit") and not gpu:
+        raise ConfigError(
+            f"4-bit weights with vLLM need a CUDA GPU: vLLM on {script.device} cannot load bitsandbytes quantization; "
+            "pass --load_in_4bit false or --use_vllm false"
+        )
+    if train_kw.get("vllm_enable_sleep_mode") and not gpu:
+        train_kw["vllm_enable_sleep_mode"] = False
+        notes.append(f"vllm_enable_sleep_mode: off, vLLM has sleep mode on GPUs only (device {script.device})")
+    if script.device == "cpu":
+        notes.append(
+            f"vLLM on CPU: its KV cache is {VLLM_CPU_KV_ENV} GiB ({os.environ.get(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)}"
+            f"{'' if VLLM_CPU_KV_ENV in os.environ else ', set by this run'}), not vllm_gpu_memory_utilization"
+        )
+
+
+def choose_rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    """The rollout mode, its reward functions and their weights (the mode's defaults unless given)."""
+    defaults = default_rewards(script.rollout.plays_games)
+    if script.rewards is None:
+        script.rewards = list(defaults)
+    unknown_rewards = [r for r in script.rewards if r not in REWARD_FUNCS]
+    if unknown_rewards:
+        raise unknown("reward", unknown_rewards[0], list(REWARD_FUNCS), "--rewards")
+    game_only = [r for r in script.rewards if r in GAME_ONLY]
+    if game_only and not script.rollout.plays_games:
+        raise ConfigError(f"{game_only[0]} scores whole games: it needs --rollout game")
+    if script.rollout.plays_games:
+        game_batch(script, train_kw, notes)
+    if train_kw.get("reward_weights") is None:
+        train_kw["reward_weights"] = [defaults.get(r, 1.0) for r in script.rewards]
+    elif len(train_kw["reward_weights"]) != len(script.rewards):
+        raise ConfigError(
+            f"reward_weights has {len(train_kw['reward_weights'])} values for {len(script.rewards)} rewards "
+            f"({', '.join(script.rewards)})"
+        )
+
+
+def check_launch(script: ScriptArguments, train_kw: dict[str, Any]) -> None:
+    """How the run was launched (torchrun, accelerate launch) and sharded (DeepSpeed, FSDP): one line
+    now for what would otherwise run other than asked, or fail after the model loaded."""
+    if isinstance(train_kw.get("fsdp"), str) and train_kw["fsdp"].lower() in ("true", "false"):
+        # --help says "pass --fsdp (or fsdp=True)"; transformers takes the string "true" for an unknown option.
+        train_kw["fsdp"] = True if train_kw["fsdp"].lower() == "true" else None
+    problem = launch_problem(script, train_kw)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def check_device(
+    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str], check: bool
+) -> bool:
+    """Whether the profile's device is on this machine (an error when ``check`` and it is not), and
+    the fp16 fallback on a GPU without bf16."""
+    present = devices.has_device(script.device)
+    if check and not present:
+        raise ConfigError(devices.absent_message(script.device, script.profile))
+    if script.device in ("cuda", "rocm") and present and train_kw.get("bf16") and not devices.cuda_supports_bf16():
+        train_kw.update(bf16=False, fp16=True)
+        model_kw["dtype"] = "float16"
+        notes.append("this GPU lacks bf16: training in fp16, and 4-bit compute in fp16")
+    if not present:
+        notes.append(f"device {script.device} is not present on this machine: shown as the profile sets it")
+    return present
+
+
+def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+    """Game mode's batch: one optimizer step sees whole games, each as one sample per turn slot.
+
+    The rollout lays out each start state's games as ``SLOTS`` consecutive groups (turn 1's
+    num_generations samples, then turn 2's, ...), so a step's samples must be a multiple of
+    ``SLOTS x num_generations``. ``per_device_train_batch_size`` stays the memory knob; the gradient
+    accumulation is raised until a step holds whole games."""
+    for key in ("generation_batch_size", "steps_per_generation"):
+        if train_kw.get(key) is not None:
+            raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")
+    for key in ("use_transformers_continuous_batching", "use_transformers_paged"):
+        if train_kw.get(key):  # TRL's settings for its own generate call, which a game's turns do not go through
+            raise ConfigError(
+                f"--{key} does nothing with --rollout game (each turn generates with model.generate, or vLLM): "
+                "drop it, or use --rollout turn"
+            )
+    generations = train_kw["num_generations"]
+    block = SLOTS * generations
+    per_device = train_kw["per_device_train_batch_size"]
+    accumulation = train_kw["gradient_accumulation_steps"]
+    needed = math.lcm(block, per_device) // per_device
+    if accumulation % needed:
+        raised = needed * -(-accumulation // needed)
+        notes.append(
+            f"--rollout game: gradient_accumulation_steps {accumulation} -> {raised}, so that a step holds whole "
+            f"games ({SLOTS} turn slots x num_generations {generations} samples per start state)"
+        )
+        train_kw["gradient_accumulation_steps"] = raised

@@ -1,0 +1,281 @@
+"""Arguments, profiles and their resolution into one configuration a user can inspect.
+
+Precedence, lowest first: TRL's defaults, ``profiles/NAME.yaml`` (with its ``tiny:`` section when
+the model is the embedded one: settings tuned for that model alone), ``--config FILE``, the
+command line. Then the script's own flags apply (``--model``, ``--max-completion``, ``--no-4bit``),
+every value is range-checked, and the device check and precision fallback run. Everything that
+was decided is recorded in ``Resolved.notes`` and printed by ``--dry-run``. A bad value anywhere
+is a one-line ``ConfigError``, never argparse's usage block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from trl import GRPOConfig, ModelConfig, TrlParser
+
+from runtime import device as devices
+from settings import arguments, checks
+from settings.arguments import TINY, ScriptArguments, available_profiles
+from settings.checks import HAS_NEW_CHECKPOINTING, NEW_CHECKPOINTING
+from settings.errors import ConfigError, unknown
+from wordle.decoding import Decoding
+from wordle.words import TRAIN_PARTS
+
+logger = logging.getLogger(__name__)
+
+# A profile's section of settings tuned for the embedded model: they apply only when the model is tiny.
+EMBEDDED_SECTION = "tiny"
+
+
+@dataclass
+class Resolved:
+    script: ScriptArguments
+    training: GRPOConfig
+    model: ModelConfig
+    notes: list[str]
+    changed: dict[str, dict[str, Any]]  # per dataclass, the fields set to something other than the default
+    argv: list[str] = field(default_factory=list)  # the command line it was resolved from
+
+    @property
+    def quantized(self) -> bool:
+        return bool(self.model.load_in_4bit or self.model.load_in_8bit)
+
+    @property
+    def decoding(self) -> Decoding:
+        """How the run's evaluation and held-out check play: greedy, with the training reply limit."""
+        return Decoding(max_new_tokens=self.training.max_completion_length, seed=self.training.seed)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Each reward the run uses, with its weight."""
+        return dict(zip(self.script.rewards, self.training.reward_weights, strict=True))
+
+
+def _dataclasses() -> tuple[type, ...]:
+    return (ScriptArguments, GRPOConfig, ModelConfig)
+
+
+def _field_names() -> list[str]:
+    names = {f.name for dc in _dataclasses() for f in dataclasses.fields(dc) if f.init}
+    return sorted(names | {NEW_CHECKPOINTING})  # valid in a file on every supported transformers
+
+
+def _read_yaml(path: Path, what: str, sections: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must be a YAML mapping of field: value")
+    valid = _field_names()
+    for key, value in data.items():
+        if key in sections:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{what} {path}: {key} must be a mapping of field: value")
+            nested = next((k for k in value if k not in valid), None)
+            if nested is not None:
+                raise unknown("key", f"{key}.{nested}", valid, str(path), "see python grpo_train.py --help-all")
+        elif key not in valid:
+            raise unknown("key", str(key), valid, str(path), "see python grpo_train.py --help-all")
+    return data
+
+
+def load_profile(name: str) -> dict[str, Any]:
+    names = available_profiles()
+    if name not in names:
+        raise unknown("profile", name, ["auto", *names], "--profile")
+    return _read_yaml(arguments.PROFILES_DIR / f"{name}.yaml", "profile", sections=(EMBEDDED_SECTION,))
+
+
+class _Parser(TrlParser):
+    """TrlParser whose errors are one ConfigError line, never argparse's usage block and exit."""
+
+    def error(self, message: str):  # type: ignore[override]
+        # A value outside a field's choices (--rollout, --optim, ...) reads as every other unknown name does.
+        choice = _INVALID_CHOICE.match(message)
+        if choice:
+            flag, value, valid = choice.groups()
+            name = flag.split("/")[0]
+            raise unknown(name.lstrip("-").replace("_", " "), value, re.findall(r"'([^']*)'", valid), name)
+        raise ConfigError(message.splitlines()[0])
+
+
+_INVALID_CHOICE = re.compile(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def make_parser() -> TrlParser:
+    parser = _Parser(_dataclasses())
+    parser.add_argument("--config", help="YAML file layered between the profile and the command line")
+    return parser
+
+
+def _construct(cls: type, kwargs: dict[str, Any], label: str) -> Any:
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid {label} configuration: {str(exc).splitlines()[0]}") from None
+
+
+def _pre_parse(argv: list[str]) -> argparse.Namespace:
+    """The flags that decide which layers apply, read before the layers are parsed."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--profile", default="auto")
+    pre.add_argument("--config")
+    pre.add_argument("--model", "--model_name_or_path", "--model-name-or-path", dest="model")
+    pre.add_argument("--dry-run", "--dry_run", dest="dry_run", nargs="?", const="true", default="false")
+    known, _ = pre.parse_known_args(argv)
+    known.dry_run = known.dry_run.lower() in ("true", "1", "yes")
+    return known
+
+
+def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str, Any]]:
+    """The profile's values, its embedded-model section when the model is the embedded one, then --config."""
+    profile = known.profile
+    if profile == "auto":
+        profile, why = devices.detect()
+        notes.append(f"profile auto -> {profile}: {why}")
+    values = load_profile(profile)
+    embedded = values.pop(EMBEDDED_SECTION, {})
+    config = _read_yaml(Path(known.config), "config file") if known.config else {}
+    model = known.model or config.get("model") or config.get("model_name_or_path") or values["model_name_or_path"]
+    if embedded:
+        summary = ", ".join(f"{k} {plain(v)}" for k, v in embedded.items())
+        if model == TINY:
+            values.update(embedded)
+            # The section's values, not the resolved ones: --config and the command line still override them.
+            notes.append(
+                f"model tiny: the profile's settings for the embedded model apply, under --config and the command line "
+                f"({summary})"
+            )
+        else:
+            notes.append(
+                f"model {model} is not the embedded model: the profile's settings tuned for it do not apply ({summary})"
+            )
+    values.update(config)
+    values["profile"] = profile
+    if not HAS_NEW_CHECKPOINTING and NEW_CHECKPOINTING in values:
+        values.setdefault("gradient_checkpointing", values.pop(NEW_CHECKPOINTING))
+    return profile, values
+
+
+def _parse(argv: list[str], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The command line over the layered values, split per dataclass."""
+    parser = make_parser()
+    parser.set_defaults_with_config(**values)
+    namespace, leftover = parser.parse_known_args(argv)
+    if leftover:
+        flags = [a for a in leftover if a.startswith("-")]
+        if not flags:
+            raise ConfigError(
+                f"unexpected value {leftover[0]!r} on the command line (the option before it takes one value)"
+            )
+        name = flags[0].split("=")[0].lstrip("-").replace("-", "_")
+        valid = [f"--{n}" for n in ["config", *_field_names()]]
+        raise unknown("option", f"--{name}", valid, "the command line", "see python grpo_train.py --help-all")
+    raw = vars(namespace)
+    script_kw, train_kw, model_kw = (
+        {f.name: raw[f.name] for f in dataclasses.fields(dc) if f.init and f.name in raw} for dc in _dataclasses()
+    )
+    return script_kw, train_kw, model_kw
+
+
+def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
+    """Profile, then --config, then the command line, then the script's flags; see the module docstring.
+
+    ``check_device=False`` (what ``--dry-run`` uses) resolves a profile for a device this machine
+    lacks, so that any profile can be inspected anywhere.
+    """
+    known = _pre_parse(argv)
+    notes: list[str] = []
+    profile, values = _layers(known, notes)
+    script_kw, train_kw, model_kw = _parse(argv, values)
+    script_kw["profile"] = profile  # the resolved name, not "auto"
+    script = _construct(ScriptArguments, script_kw, "script")
+    if script.device not in devices.DEVICES:
+        raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")
+    checks.apply_script_flags(script, train_kw, model_kw, notes)
+    checks.old_names(argv, values, train_kw, notes)
+    checks.check_ranges(script, train_kw, model_kw)
+    checks.constrain_vllm(script, train_kw, notes)
+    checks.vllm_on_device(script, train_kw, model_kw, notes)
+    checks.choose_rewards(script, train_kw, notes)
+    trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
+    if script.secrets not in trainable:
+        raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")
+    checks.check_launch(script, train_kw)
+    present = checks.check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
+    training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)
+    changed = _changed(script_kw, train_kw, model_kw, precision)
+    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
+
+
+class _PreviewGRPOConfig(GRPOConfig):
+    """GRPOConfig as N processes see it: TRL sizes and checks the generation batch with ``world_size``,
+    which is 1 in a dry run without a launcher (``--dry-run --world_size N``)."""
+
+    preview_world_size = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.preview_world_size
+
+
+def _construct_configs(
+    train_kw: dict[str, Any], model_kw: dict[str, Any], present: bool, preview_world: int | None = None
+) -> tuple[GRPOConfig, ModelConfig, dict[str, Any]]:
+    """TRL's GRPOConfig and ModelConfig, and the precision flags as asked for.
+
+    transformers validates bf16/fp16 against this machine when the config is built; a dry run
+    for another device builds it without them and puts them back afterwards.
+    """
+    precision = {k: train_kw.get(k) for k in ("bf16", "fp16")}
+    if not present:
+        train_kw.update(bf16=False, fp16=False)
+    cls: type[GRPOConfig] = GRPOConfig
+    if preview_world:
+        cls = type("GRPOConfig", (_PreviewGRPOConfig,), {"preview_world_size": preview_world})
+    training = _construct(cls, train_kw, "training")
+    for key, value in precision.items():
+        setattr(training, key, value)
+    return training, _construct(ModelConfig, model_kw, "model"), precision
+
+
+def _changed(
+    script_kw: dict[str, Any], train_kw: dict[str, Any], model_kw: dict[str, Any], precision: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Every field that differs from what argparse yields with no profile, config or flags (TRL's defaults)."""
+    baseline = vars(make_parser().parse_known_args([])[0])
+    changed = {
+        name: {k: plain(v) for k, v in kw.items() if plain(v) != plain(baseline.get(k))}
+        for name, kw in (("script", script_kw), ("grpo_config", train_kw), ("model_config", model_kw))
+    }
+    changed["grpo_config"].update({k: v for k, v in precision.items() if v is not None})
+    if "vllm_structured_outputs_regex" in changed["grpo_config"]:  # 80 kB of words: summarised, not printed
+        regex = changed["grpo_config"]["vllm_structured_outputs_regex"]
+        changed["grpo_config"]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
+    return changed
+
+
+def plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,277 @@
+"""The run around GRPO: every input checked before anything slow (``plan``), the training rows, the
+output directory's checkpoints and lock, the fit with its out-of-memory advice, and what is saved.
+
+``grpo_train.py`` calls these in order; each raises ``ConfigError`` for what a user can fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import torch
+import yaml
+
+from models import memory
+from models.loading import check_bitsandbytes, merge_adapter, reloadable_vllm_cpu_weights
+from models.source import model_source
+from runtime import distributed
+from settings.arguments import CONFIG_FILE
+from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV
+from settings.config import Resolved
+from settings.errors import ConfigError
+from settings.summary import to_yaml
+from training.card import make_adapter_config_portable
+from training.data import (
+    build_rows,
+    check_rows_fill_a_step,
+    drop_long_prompts,
+    game_starts,
+    held_out_rows,
+    load_rows,
+    save_rows,
+)
+from training.trainer import WordleGRPOTrainer
+from wordle import train_secrets
+
+logger = logging.getLogger(__name__)
+
+ROWS_FILE = "train_rows.jsonl"
+
+
+@dataclass
+class Plan:
+    """What a run will do, decided from its inputs before anything slow runs or anything is written."""
+
+    source: str  # where the model loads from: the embedded model's directory, a local directory or a hub id
+    out: Path
+    checkpoint: Path | None  # the checkpoint to resume from
+    rows: list[dict] | None  # --dataset's rows, validated; None: built (or reloaded on --resume) later
+    done: bool = False  # output_dir holds a run that reached max_steps: nothing to train
+
+
+def plan(resolved: Resolved) -> Plan:
+    """Every input checked in the order a user would fix them: the model, the libraries a setting
+    needs, the dataset, then the output directory. Raises ConfigError on the first problem."""
+    script = resolved.script
+    source = model_source(resolved.model.model_name_or_path)
+    check_bitsandbytes(resolved)
+    if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            'use_vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README, vLLM), or --use_vllm false'
+        )
+    rows = None
+    if script.dataset and Path(script.dataset).exists():
+        try:
+            rows = load_rows(script.dataset)
+        except ValueError as exc:
+            raise ConfigError(f"dataset {script.dataset}: {exc}") from None
+    game = script.rollout.plays_games
+    # --dataset's rows, else the rows this run builds: a start state per training secret, or --train_rows states
+    built = len(train_secrets(script.secrets)) if game else script.train_rows
+    check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game)
+    out, checkpoint, done = check_output_dir(resolved)
+    return Plan(source, out, checkpoint, rows, done)
+
+
+def check_not_in_use(out: Path) -> None:
+    """A second live run into the same directory would interleave checkpoints and files with the first."""
+    pid = distributed.OutputLock(out).holder()
+    if pid is not None:
+        who = f"pid {pid}" if pid > 0 else "another process"
+        raise ConfigError(
+            f"{out} is in use by a live run ({who}): wait for it or stop it, or choose another --output_dir"
+        )
+
+
+def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """The newest checkpoint that was completely written, and its step.
+
+    transformers writes trainer_state.json last, so a run killed while saving (kill -9, power
+    loss) leaves a newest directory without it; resuming from that one would fail.
+    """
+    checkpoints = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for path in sorted(checkpoints, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        try:
+            state = json.loads((path / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            logger.warning("skipping %s: it was not completely written (the run stopped while saving)", path)
+            continue
+        return path, int(state.get("global_step", 0))
+    return None
+
+
+def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
+    """The output directory, the checkpoint to resume from, and whether training there is complete.
+
+    Never trains over an earlier run's checkpoints by accident (that run would be lost), and never
+    past ``max_steps`` (transformers would run one more step on a finished run's last checkpoint).
+    """
+    script, max_steps = resolved.script, resolved.training.max_steps
+    out = Path(resolved.training.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output_dir {out} is a file, not a directory: choose another --output_dir")
+    if distributed.is_main():  # another process finds the lock its own main process may have taken already
+        check_not_in_use(out)
+    newest = newest_checkpoint(out) if out.is_dir() else None
+    saved = (out / "adapter_config.json").is_file() or (out / "model.safetensors").is_file()  # LoRA, or full
+    finished = (out / CONFIG_FILE).is_file() and saved
+    if finished:
+        trained_on = yaml.safe_load((out / CONFIG_FILE).read_text())["model"]["name_or_path"]
+        if trained_on != resolved.model.model_name_or_path:
+            raise ConfigError(
+                f"{out} holds a run of {trained_on}, not {resolved.model.model_name_or_path}: pass --model {trained_on}"
+            )
+    done = newest is not None and newest[1] >= max_steps > 0
+    if script.merge and finished and (done or not script.resume):
+        return out, None, True  # merge the finished run's adapter; train nothing
+    if script.resume and newest is None:
+        raise ConfigError(f"--resume: no complete checkpoint in {out}; run without --resume to start afresh")
+    if not script.resume and newest is not None:
+        if finished:
+            hint = "pass --merge to merge its adapter, or --resume with a higher --max_steps"
+        else:
+            hint = "pass --resume to continue"
+        raise ConfigError(
+            f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir"
+        )
+    if done and not finished:
+        raise ConfigError(
+            f"{newest[0]} reached max_steps ({max_steps}) but the run stopped before saving to {out}: its adapter is "
+            f"in the checkpoint (python evaluate.py --adapter {newest[0]}); raise --max_steps to train on"
+        )
+    return out, newest[0] if newest else None, done
+
+
+def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
+    """Rows from --dataset (validated by ``plan``, or built and saved there), else built and kept in output_dir.
+
+    Keeping the built rows lets --resume continue on exactly the data the run started with. In game
+    mode a row is a start state: by default every secret of ``--secrets`` with no guesses yet.
+    """
+    script, seed = resolved.script, resolved.training.seed
+    path = Path(script.dataset) if script.dataset else run.out / ROWS_FILE
+    if script.rollout.plays_games and run.rows is None and not script.dataset:
+        rows = game_starts(train_secrets(script.secrets), script.game_openings, seed)
+        logger.info(
+            "game mode: %d start states, every training secret (%s), %.0f%% of them from random guesses",
+            len(rows),
+            script.secrets,
+            100 * script.game_openings,
+        )
+    elif run.rows is not None:
+        rows = run.rows
+        logger.info("loaded %d game states from %s", len(rows), path)
+    elif path.exists() and script.resume:
+        rows = load_rows(path)  # written by this run: a failure here is a bug, not bad input
+        logger.info("reloaded the run's %d game states from %s", len(rows), path)
+    else:
+        rows = build_rows(
+            script.train_rows,
+            seed=seed,
+            secrets=train_secrets(script.secrets),
+            explore=script.explore,
+            progress=distributed.is_main(),
+        )
+        if distributed.is_main():
+            save_rows(rows, path)
+        logger.info("built %d game states (seed %d) and saved them to %s", len(rows), seed, path)
+    leaked = held_out_rows(rows)
+    if leaked:
+        logger.warning("%d rows use held-out evaluation secrets: evaluation on them will overstate skill", leaked)
+    return rows
+
+
+def offline_wandb_unless_logged_in(resolved: Resolved) -> None:
+    """wandb would otherwise stop to ask for a login; runs stay offline (``wandb sync`` later) unless the user has one."""
+    logged_in = os.environ.get("WANDB_API_KEY") or "api.wandb.ai" in _read(Path.home() / ".netrc")
+    if "wandb" in resolved.training.report_to and not logged_in and "WANDB_MODE" not in os.environ:
+        os.environ["WANDB_MODE"] = "offline"
+        logger.info("wandb: no login found, logging offline under ./wandb (upload later with `wandb sync`)")
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def merge(resolved: Resolved, run: Plan) -> None:
+    merged = merge_adapter(run.source, run.out, run.out / "merged", resolved)
+    logger.info("saved the merged model to %s", merged)
+
+
+def prepare(resolved: Resolved, run: Plan) -> None:
+    if run.checkpoint is not None:
+        logger.info("resuming from %s", run.checkpoint)
+        warning = distributed.resume_warning(run.checkpoint, resolved.training)
+        if warning:
+            logger.warning(warning)
+    offline_wandb_unless_logged_in(resolved)
+    if resolved.training.use_vllm and resolved.script.device == "cpu":  # before vLLM starts (see settings.config)
+        os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)
+        reloadable_vllm_cpu_weights()
+    if resolved.script.torch_threads:
+        torch.set_num_threads(resolved.script.torch_threads)
+
+
+def log_memory_estimate(resolved: Resolved, source: str, tokenizer) -> None:
+    """The --dry-run estimate, logged before the weights load; every process holds the same, so the main one says it."""
+    if not distributed.is_main():
+        return
+    estimate = memory.preflight(resolved, source, tokenizer)
+    if "warning" in estimate:
+        logger.warning("memory: %s", estimate["warning"])
+    elif "peak_gb" in estimate:
+        logger.info("memory estimate: peak %.2f GB per device (%s)", estimate["peak_gb"], estimate["assumes"])
+
+
+def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset:
+    """Game states rendered by wordle/, with prompts that fit the model's context beside a reply."""
+    script, args = resolved.script, resolved.training
+    budget = script.max_prompt_length or model.config.max_position_embeddings - args.max_completion_length
+    rows = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
+    if len(rows) == 0:
+        raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
+    check_rows_fill_a_step(len(rows), args, game=script.rollout.plays_games)  # some prompts may have been too long
+    return rows
+
+
+def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None) -> None:
+    """GRPO, resumed from ``checkpoint`` if given; running out of memory is one line that says what to lower."""
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except torch.OutOfMemoryError:
+        raise ConfigError(_oom_message(resolved)) from None
+    except RuntimeError as exc:  # MPS reports running out of memory as a plain RuntimeError
+        if "out of memory" not in str(exc).lower():
+            raise
+        raise ConfigError(_oom_message(resolved)) from None
+
+
+def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -> None:
+    """The adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config."""
+    out = run.out
+    trainer.save_model(str(out))  # the main process writes, the others wait
+    if distributed.is_main():
+        if resolved.model.use_peft:
+            make_adapter_config_portable(out, resolved.model.model_name_or_path)
+        tokenizer.save_pretrained(str(out))
+        (out / CONFIG_FILE).write_text(to_yaml(resolved))
+        what = "LoRA adapter" if resolved.model.use_peft else "fully fine-tuned model (load it with --model)"
+        logger.info("saved the %s, tokenizer and %s to %s", what, CONFIG_FILE, out)
+        if resolved.script.merge:  # one full unquantized model, loaded once, after the adapter is complete
+            merge(resolved, run)
+    distributed.barrier()
+
+
+def _oom_message(resolved: Resolved) -> str:
+    t = resolved.training
+    return (
+        f"out of memory on {resolved.script.device} with max_completion_length {t.max_completion_length} and "
+        f"per_device_train_batch_size {t.per_device_train_batch_size}: retry with --max-completion 96 and a smaller "
+        f"--per_device_train_batch_size (with --resume to continue from the last checkpoint in {t.output_dir})"
+    )

@@ -29,8 +29,11 @@ import evaluate as evaluate_cli
 import evaluation.run
 import grpo_train
 import tinymodel
-from training import device as devices
-from training import distributed, modeling
+from models import loading as modeling
+from runtime import device as devices
+from runtime import distributed
+from settings import launch
+from training import before_after, run
 from training.trainer import WordleGRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -441,8 +444,8 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
                 write(tmp / "tinymodel" / "model" / name, "")
         monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp / "tinymodel" / "model")
     elif kind == "novllm":  # also where vLLM is installed (CI's vLLM environment)
-        real = grpo_train.importlib.util.find_spec
-        monkeypatch.setattr(grpo_train.importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
+        real = run.importlib.util.find_spec
+        monkeypatch.setattr(run.importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
     elif kind == "nobnb":
         real = modeling.importlib.util.find_spec
         monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))
@@ -453,17 +456,15 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
     elif kind == "live":  # the lock's holder, as another live run's lock reports it (test_distributed takes a real one)
         monkeypatch.setattr(distributed.OutputLock, "holder", lambda self: 4242)
     elif kind == "cpu-launch":  # what accelerate launch --cpu --num_processes 2 passes its one process
-        for name in distributed.WORLD_SIZE_VARS:
+        for name in launch.WORLD_SIZE_VARS:
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
         monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     elif kind in ("nods", "ds", "launched"):  # DeepSpeed absent, or present (CI has none), and launched by torchrun
-        real = distributed.importlib.util.find_spec
+        real = launch.importlib.util.find_spec
         spec = None if kind == "nods" else ModuleSpec("deepspeed", None)
-        monkeypatch.setattr(
-            distributed.importlib.util, "find_spec", lambda n, *a: spec if n == "deepspeed" else real(n, *a)
-        )
-        for name in distributed.WORLD_SIZE_VARS:
+        monkeypatch.setattr(launch.importlib.util, "find_spec", lambda n, *a: spec if n == "deepspeed" else real(n, *a))
+        for name in launch.WORLD_SIZE_VARS:
             monkeypatch.delenv(name, raising=False)
         if kind == "launched":
             monkeypatch.setenv("WORLD_SIZE", "2")
@@ -536,8 +537,13 @@ def no_loading(monkeypatch):
     def slow(*args, **kwargs):
         raise AssertionError("validation must come before anything slow")
 
-    for name in ("load_model", "load_tokenizer", "evaluate_model", "build_rows"):
-        monkeypatch.setattr(grpo_train, name, slow)
+    for module, name in (
+        (grpo_train, "load_model"),
+        (grpo_train, "load_tokenizer"),
+        (before_after, "evaluate_model"),
+        (run, "build_rows"),
+    ):
+        monkeypatch.setattr(module, name, slow)
 
 
 @pytest.mark.parametrize("case", TRAIN_CASES, ids=[c.name for c in TRAIN_CASES])
@@ -687,20 +693,23 @@ def test_help_fits_a_screen_and_help_all_lists_every_option(capsys):
 def test_evaluate_help_says_every_default_even_where_the_help_speaks_of_defaults(capsys):
     assert evaluate_cli.main(["--help"]) == 0
     short = capsys.readouterr().out
-    assert option(short, "torch_threads") == "--torch_threads CPU threads for torch (0: torch's default) (default: 1)"
+    assert option(short, "torch_threads") == (
+        "--torch_threads CPU threads for torch, 0 for torch's default (default: the adapter's run's, else as "
+        "grpo_train's profiles: 1 for the embedded model, whose tiny matrices a second thread only slows, else 0)"
+    )
 
 
 def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else(caplog):
     import logging
 
-    import training.quiet
+    import runtime.quiet
 
-    # The entry scripts import training.quiet before anything that imports bitsandbytes.
+    # The entry scripts import runtime.quiet before anything that imports bitsandbytes.
     for script in ("grpo_train.py", "evaluate.py"):
         first = [line for line in (ROOT / script).read_text().splitlines() if line.startswith(("import ", "from "))]
-        assert first[1].startswith("import training.quiet"), script  # after "from __future__ import annotations"
-    logger = logging.getLogger(training.quiet.NOTICE_LOGGER)
-    with caplog.at_level(logging.WARNING, logger=training.quiet.NOTICE_LOGGER):
+        assert first[1].startswith("import runtime.quiet"), script  # after "from __future__ import annotations"
+    logger = logging.getLogger(runtime.quiet.NOTICE_LOGGER)
+    with caplog.at_level(logging.WARNING, logger=runtime.quiet.NOTICE_LOGGER):
         logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "no network")
         logger.warning("some other bitsandbytes warning")
     assert [r.getMessage() for r in caplog.records] == ["some other bitsandbytes warning"]

@@ -1,10 +1,10 @@
-"""Where the main job's wall time goes: ``python grpo_train.py --profile cpu``, run in this process with a
-timer around each of its parts.
+"""Where the main job's wall time goes: ``python grpo_train.py --profile cpu``, run in this process (as
+``python grpo_train.py`` runs it, by ``runpy``) with a timer around each of its parts.
 
     python benchmarks/bench_main_job.py                      # the main job itself (about 12 minutes)
     python benchmarks/bench_main_job.py -- --max_steps 200   # a shorter look; flags after -- go to grpo_train.py
 
-The parts are ``grpo_train``'s own sections (imports, tokenizer, model, rows, the evaluation before,
+The parts are the entry script's own sections (imports, tokenizer, model, rows, the evaluation before,
 the trainer's construction, training, saving, the evaluation after, the adapter card), and inside
 training TRL's: generation (``model.generate``), the reward functions, the rest of scoring the
 completions (tokenising prompts, log-probabilities, advantages), the loss's forward pass, its
@@ -23,19 +23,22 @@ STARTED = time.perf_counter()  # before the heavy imports, which are part of a u
 import argparse
 import contextlib
 import functools
+import runpy
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import torch
 from transformers import GenerationMixin
 from trl import GRPOTrainer
 
-import grpo_train
+from models import loading
+from training import before_after, card, run
 from training.rollout import GameCheck
+from training.trainer import WordleGRPOTrainer
+
+ENTRY = Path(__file__).resolve().parent.parent / "grpo_train.py"
 
 IMPORTED = time.perf_counter()
 
@@ -70,16 +73,17 @@ def _wrap(owner, name: str, label: str, within: str | None = None) -> None:
 
 # (owner, attribute, label[, timed only within the part whose label starts so]), outermost first; a
 # part's time excludes the parts nested inside it.
+# Wrapped where they are defined, before the entry script imports them.
 PARTS = [
-    (grpo_train, "load_tokenizer", "tokenizer"),
-    (grpo_train, "load_model", "model"),
-    (grpo_train, "dataset", "training rows"),
-    (grpo_train, "evaluate_start", "evaluation before (the model's games, baselines)"),
-    (grpo_train, "make_trainer", "trainer construction"),
-    (grpo_train, "fit", "training: the rest (dataloader, logging, scheduler)"),
-    (grpo_train, "save", "saving the adapter"),
-    (grpo_train, "evaluate_end", "evaluation after (the model's games, plots)"),
-    (grpo_train, "write_model_card", "adapter card"),
+    (loading, "load_tokenizer", "tokenizer"),
+    (loading, "load_model", "model"),
+    (run, "dataset", "training rows"),
+    (before_after, "evaluate_start", "evaluation before (the model's games, baselines)"),
+    (WordleGRPOTrainer, "__init__", "trainer construction"),
+    (run, "fit", "training: the rest (dataloader, logging, scheduler)"),
+    (run, "save", "saving the adapter"),
+    (before_after, "evaluate_end", "evaluation after (the model's games, plots)"),
+    (card, "write_model_card", "adapter card"),
     (GRPOTrainer, "_generate_and_score_completions", "training: scoring (prompts, log-probs, advantages)"),
     (GenerationMixin, "generate", "training: generation", "training: scoring"),
     (GRPOTrainer, "_calculate_rewards", "training: rewards"),
@@ -101,7 +105,12 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         out = args.output_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="main-job-"))
         argv = ["--profile", "cpu", "--output_dir", out, *rest]
-        code = grpo_train.main(argv)
+        sys.argv = [str(ENTRY), *argv]
+        try:
+            runpy.run_path(str(ENTRY), run_name="__main__")
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code or 0
     total = time.perf_counter() - STARTED
     rows = [("python start and imports", IMPORTED - STARTED, 1), *((k, v, CALLS[k]) for k, v in SECONDS.items())]
     rows.append(("other", total - sum(v for _, v, _ in rows), 0))

@@ -61,7 +61,7 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
             return results
         logger.warning("%s was made with other settings (%s); evaluating again", path, settings)
     if not resolved.quantized:  # quantized weights were placed on their device as they loaded
-        model.to(resolved.runtime.device)  # where the Trainer would move it anyway
+        model.to(resolved.training.device)  # where the Trainer would move it anyway
     before = _play(resolved, model, tokenizer, "before")
     if not distributed.is_main():
         return before

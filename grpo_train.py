@@ -38,9 +38,9 @@ from models.source import model_source
 from rewards import get_reward_funcs
 from runtime import distributed
 from runtime.device import MpsCacheCallback
-from settings.arguments import DASHED, ScriptArguments, available_profiles
+from settings.arguments import DASHED, ScriptArguments
 from settings.cli import brief, help_requested, run_cli
-from settings.config import Resolved, load_profile, make_parser, resolve
+from settings.config import Resolved, help_defaults, make_parser, resolve
 from settings.errors import ConfigError
 from settings.summary import to_yaml
 from training.before_after import evaluate_end, evaluate_start
@@ -72,15 +72,26 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
 
-    def profiles() -> dict:  # read only for --help: a broken profile is run_cli's one-line error otherwise
-        return {name: load_profile(name) for name in available_profiles()}
+    def full(defaults) -> str:
+        return make_parser(defaults).format_help()
 
-    more = brief(GRPOConfig, TRL_OPTIONS)
-    full = make_parser().format_help
-    if help_requested(
-        argv, __doc__, ScriptArguments, config_line, full=full, more=more, profiles=profiles, dashed=DASHED
-    ):
-        return 0
+    asked = []  # help reads the profile: a bad one is the same one-line error as in a run
+    code = run_cli(
+        lambda: asked.append(
+            help_requested(
+                argv,
+                __doc__,
+                ScriptArguments,
+                config_line,
+                full=full,
+                more=brief(GRPOConfig, TRL_OPTIONS),
+                defaults=lambda: help_defaults(argv),
+                dashed=DASHED,
+            )
+        )
+    )
+    if code or asked[0]:
+        return code
     setup_logging()
     return run_cli(lambda: _main(argv))
 

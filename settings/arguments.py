@@ -57,7 +57,7 @@ class ScriptArguments:
     model: str | None = field(
         default=None,
         metadata={
-            "help": "model to train: 'tiny' (the embedded default), a hub id or a local path; sets model_name_or_path"
+            "help": "model to train: 'tiny' (the embedded model), a hub id or a local path; sets model_name_or_path"
         },
     )
     max_completion: int | None = field(

@@ -7,6 +7,7 @@ with exit code 2, never as a traceback; stdout stays empty.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -18,33 +19,35 @@ from settings.errors import DISK_FULL, ConfigError
 HELP_ALL = "--help-all"
 
 
-def _default_text(name: str, default: Any, profiles: dict[str, dict[str, Any]]) -> str | None:
-    """What ``--help`` says of a field's default: its value, and which profiles set their own."""
-    setting = sorted(p for p, values in profiles.items() if name in values)
-    if setting and len(setting) == len(profiles):
-        return "set by the profile"
-    shown = None if default in (None, False, "") else str(default)
-    if not setting:
-        return shown
-    own = f"the {', '.join(setting)} profile{'s set' if len(setting) > 1 else ' sets'} its own"
-    return f"{shown}; {own}" if shown else own
+def shown(value: Any) -> str:
+    """A default as it would be typed on the command line: ``game``, ``own answer``, ``false``, ``1e-05``."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, (list, tuple)):
+        return " ".join(shown(v) for v in value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
-def _option_lines(
-    fields: Sequence[Any], profiles: dict[str, dict[str, Any]], dashed: Sequence[str], width: int = 100
-) -> list[str]:
+def _option_lines(fields: Sequence[Any], defaults: Any, dashed: Sequence[str], width: int = 100) -> list[str]:
+    """``defaults`` words each default (``settings.config.HelpDefaults.note``), as ``--help-all`` does."""
     lines = []
     for f in fields:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         text = f.metadata.get("help", "")
-        said = _default_text(f.name, default, profiles)
-        if said is not None and "(default:" not in text:  # a help text may say the default in its own words
-            text += f" (default: {said})"
+        note = defaults.note(f.name, defaults.values.get(f.name, default)) if defaults else _plain_note(default)
+        if note is not None and "(default:" not in text:  # a help text may say the default in its own words
+            text += f" {note}"
         wrapped = textwrap.wrap(text, width - 28) or [""]
         flag = f.name.replace("_", "-") if f.name in dashed else f.name  # the one spelling the docs use
         lines.append(f"  --{flag:<24}{wrapped[0]}")
         lines += [" " * 28 + more for more in wrapped[1:]]
     return lines
+
+
+def _plain_note(default: Any) -> str | None:
+    return None if default is None else f"(default: {shown(default)})"
 
 
 def brief(dataclass: type, helps: dict[str, str]) -> list[Any]:
@@ -66,22 +69,25 @@ def help_requested(
     doc: str,
     own: type,
     extra: Sequence[str] = (),
-    full: Callable[[], str] | None = None,
+    full: Callable[[Any], str] | None = None,
     more: Sequence[Any] = (),
-    profiles: Callable[[], dict[str, dict[str, Any]]] | None = None,
+    defaults: Callable[[], Any] | None = None,
     dashed: Sequence[str] = (),
 ) -> bool:
     """Print help and return True when asked: ``--help`` shows the script's docstring, its own options (the
     dataclass ``own``, then the ``more`` fields), ``--help-all`` every option the script accepts
-    (``full()``). ``profiles()`` maps each profile to its values: a default a profile replaces says so.
-    The ``dashed`` fields show as ``--dry-run``, the others by their name."""
-    if full is not None and HELP_ALL in argv:
-        print(full())
-        return True
-    if not ({"-h", "--help"} & set(argv)):
+    (``full(defaults)``). ``defaults()`` is the profile's (``settings.config.help_defaults``): both show the
+    same default for a field, and say when the profile set it. The ``dashed`` fields show as ``--dry-run``."""
+    asked_all = full is not None and HELP_ALL in argv
+    if not asked_all and not ({"-h", "--help"} & set(argv)):
         return False
+    given = defaults() if defaults else None
+    header = [given.header, ""] if given else []
+    if asked_all:
+        print("\n".join([*header, full(given)]))
+        return True
     options = [*dataclasses.fields(own), *more]
-    lines = [doc.strip(), "", "Options:", *extra, *_option_lines(options, profiles() if profiles else {}, dashed)]
+    lines = [doc.strip(), "", *header, "Options:", *extra, *_option_lines(options, given, dashed)]
     if full is not None:
         lines += ["", f"{HELP_ALL}: every option, including each TRL GRPOConfig and ModelConfig field."]
     print("\n".join(lines))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from runtime import device as devices
 from settings import arguments, checks
 from settings.arguments import TINY, ScriptArguments, available_profiles
 from settings.checks import HAS_NEW_CHECKPOINTING, NEW_CHECKPOINTING
+from settings.cli import shown
 from settings.errors import ConfigError, unknown
 from wordle.decoding import Decoding
 from wordle.words import TRAIN_PARTS
@@ -114,10 +116,78 @@ class _Parser(TrlParser):
 _INVALID_CHOICE = re.compile(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)")
 
 
-def make_parser() -> TrlParser:
-    parser = _Parser(_dataclasses())
+def make_parser(defaults: HelpDefaults | None = None) -> TrlParser:
+    """The parser of every field. With ``defaults`` (for ``--help-all``) its defaults are a profile's, and
+    its help says so, as ``--help`` does."""
+    formatter = functools.partial(_HelpFormatter, defaults=defaults)
+    parser = _Parser(_dataclasses(), formatter_class=formatter)
     parser.add_argument("--config", help="YAML file layered between the profile and the command line")
+    for action in parser._actions:  # the one spelling the docs use comes first: the usage line and errors show it
+        if action.dest in arguments.DASHED:
+            action.option_strings.sort(key=lambda flag: "_" in flag)
+    if defaults is not None:
+        parser.set_defaults_with_config(**{k: v for k, v in defaults.values.items() if k != "profile"})
     return parser
+
+
+@dataclass
+class HelpDefaults:
+    """The defaults that help shows: the profile's values (with its embedded-model section when the model is
+    the embedded one) and ``--config``'s, over TRL's; ``profile_keys`` are the ones the profile sets."""
+
+    profile: str
+    values: dict[str, Any]
+    profile_keys: set[str]
+    header: str
+
+    def note(self, name: str, value: Any) -> str | None:
+        """``(default: X)``, naming the profile when it set X; None for a default of None (nothing set)."""
+        if value is None:
+            return None
+        source = f", from profile {self.profile}" if name in self.profile_keys else ""
+        return f"(default: {shown(value)}{source})"
+
+
+def help_defaults(argv: list[str]) -> HelpDefaults:
+    """What a run with ``argv`` would start from: the layers of ``resolve``, before the command line's own values."""
+    known = _pre_parse(argv)
+    notes: list[str] = []
+    profile, values = _layers(known, notes)
+    own = load_profile(profile)
+    embedded = own.pop(EMBEDDED_SECTION, {})
+    tiny = values.get("model_name_or_path") == TINY and bool(embedded)
+    keys = set(own) | (set(embedded) if tiny else set())
+    values = {k: v for k, v in values.items() if k != "profile"}  # --profile's default stays auto, said above
+    for flag, field_name in (("model", "model_name_or_path"), ("max_completion", "max_completion_length")):
+        if field_name in values:  # the script's flag shows the field it sets
+            values[flag] = values[field_name]
+            keys |= {flag} if field_name in keys else set()
+    auto = f" (--profile auto on this machine: {notes[0].split(': ', 1)[1]})" if known.profile == "auto" else ""
+    header = (
+        f"Defaults are profile {profile}'s{auto}"
+        + (", with its settings for the embedded model" if tiny else "")
+        + "; --profile NAME --help shows another's."
+    )
+    return HelpDefaults(profile, values, keys, header)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults as ``--help`` words them: a profile's value says so, an enum shows its value, a
+    help text that gives its default in its own words keeps them, and a default of None shows nothing."""
+
+    def __init__(self, *args: Any, defaults: HelpDefaults | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.defaults = defaults
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default:" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        note = (self.defaults or _NO_PROFILE).note(action.dest, action.default)
+        return text if note is None else f"{text} {note}".replace("%", "%%")
+
+
+_NO_PROFILE = HelpDefaults("", {}, set(), "")
 
 
 def _construct(cls: type, kwargs: dict[str, Any], label: str) -> Any:

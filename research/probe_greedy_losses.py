@@ -23,18 +23,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from evaluation.metrics import compute_metrics
 from evaluation.play import ModelPlayer
 from evaluation.run import select_secrets
+from models.loading import load_for_inference
 from tinymodel.tokenizer import WORDS
-from training.modeling import load_for_inference
 from wordle import candidates
 from wordle.game import GameView, play
 

@@ -24,12 +24,9 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tinymodel.bag import fit_guess_bag, wire_guess_bag
 from tinymodel.bag import guess_states as bag_states

@@ -33,13 +33,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalLM
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tinymodel import MODEL_DIR
 from tinymodel.bag import add_past_guess_heads, as_llama, set_past_guess_heads

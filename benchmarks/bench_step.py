@@ -40,7 +40,6 @@ import argparse
 import functools
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -50,8 +49,6 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOTrainer, get_peft_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from models.loading import load_tokenizer
 from models.source import model_source

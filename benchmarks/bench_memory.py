@@ -9,7 +9,7 @@ tokenizer (``tinymodel.stand_in``, the tests' stand-in; the tokenizer comes from
 test dependency: 151,936 tokens, so the embeddings and the LM head are Qwen's). Random weights never emit eos, so every completion runs to its limit: the
 worst case the estimate assumes. The measured figure is what the trainer logs as
 ``peak_memory_mb`` (on CPU the process's peak RSS, on CUDA ``max_memory_allocated``), the largest
-over the run's steps; the estimate is the dry run's ``peak_gb`` for the same flags. Prints a
+over the run's steps; the estimate is the dry run's ``peak_gib`` for the same flags. Prints a
 markdown table: estimate, measured, ratio. Nothing here asserts.
 """
 
@@ -61,8 +61,8 @@ def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[floa
     subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT)
     history = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
     measured = max(h["peak_memory_mb"] for h in history if "peak_memory_mb" in h) / 1024
-    print(f"{name}: parts {estimate['parts_gb']}", file=sys.stderr)
-    return estimate["peak_gb"], measured
+    print(f"{name}: parts {estimate['parts_gib']}", file=sys.stderr)
+    return estimate["peak_gib"], measured
 
 
 def preview_3b(profile: str) -> dict:

@@ -43,7 +43,7 @@ from wordle import MAX_GUESSES, history_for, render_prompt
 
 logger = logging.getLogger(__name__)
 
-GB = 2**30
+GIB = 2**30  # every figure here is in GiB (2^30 bytes), and says so
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 # bitsandbytes NF4: 4 bits per weight, one fp32 absmax per block of 64; double quantisation stores the
 # absmax in 8 bits with one fp32 constant per 256 blocks.
@@ -213,7 +213,7 @@ def _vllm_bytes(shape: Shape, run: Run, device_bytes: int | None) -> int:
     if not run.vllm_fraction:
         return 0
     if run.vllm_cpu_kv_gib:
-        return int(shape.params() * 2 + run.vllm_cpu_kv_gib * GB)
+        return int(shape.params() * 2 + run.vllm_cpu_kv_gib * GIB)
     return int(run.vllm_fraction * device_bytes) if device_bytes else 0
 
 
@@ -245,18 +245,18 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
         if limit is None:
             assumes += " (not counted: the GPU's size is unknown here)"
     out: dict[str, Any] = {
-        "peak_gb": round(total / GB, 2),
-        "parts_gb": {k: round(v / GB, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v},
+        "peak_gib": round(total / GIB, 2),
+        "parts_gib": {k: round(v / GIB, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v},
         "assumes": assumes,
     }
     if limit is None:
         out["limit"] = f"{device} is absent here: no limit to compare"
     else:
-        out["limit_gb"] = round(limit[0] / GB, 2)
+        out["limit_gib"] = round(limit[0] / GIB, 2)
         out["limit_is"] = limit[1]
         if total > limit[0]:
             out["warning"] = (
-                f"the estimated peak ({total / GB:.1f} GB) exceeds {limit[1]} ({limit[0] / GB:.1f} GB): expect swapping "
+                f"the estimated peak ({total / GIB:.1f} GiB) exceeds {limit[1]} ({limit[0] / GIB:.1f} GiB): expect swapping "
                 "or out-of-memory; try --max-completion 96, fewer --num_generations, a smaller "
                 "--per_device_train_batch_size, or --gradient_checkpointing true"
             )

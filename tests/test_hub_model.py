@@ -222,9 +222,9 @@ def test_dry_run_estimates_a_3b_model_from_its_config_alone(qwen_dir, tmp_path, 
     model = config_only(tmp_path / "qwen3b", qwen_dir if tokenizer else None)
     assert grpo_train.main(["--profile", profile, "--model", str(model), "--dry-run"]) == 0
     estimate = yaml.safe_load(capsys.readouterr().out)["memory_estimate"]
-    weights = estimate["parts_gb"]["weights"]  # 3.09B parameters: fp32 on MPS, NF4 with bf16 embeddings on CUDA
+    weights = estimate["parts_gib"]["weights"]  # 3.09B parameters: fp32 on MPS, NF4 with bf16 embeddings on CUDA
     assert (11.4 < weights < 11.6) if profile == "mps" else (1.8 < weights < 2.0), weights
-    assert weights < estimate["peak_gb"] < 2 * weights
+    assert weights < estimate["peak_gib"] < 2 * weights
     prompt = 216 if tokenizer else 256  # the longest game prompt in Qwen's tokens, or the stated assumption
     assert f"{prompt} prompt + " in estimate["assumes"]
     assert ("the prompt length is assumed" in estimate["assumes"]) == (not tokenizer)

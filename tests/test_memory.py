@@ -11,7 +11,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from models import memory
-from models.memory import GB, QWEN2_5_3B, Run, Shape, estimate, peak
+from models.memory import GIB, QWEN2_5_3B, Run, Shape, estimate, peak
 from training.rollback import RollbackAdvisor
 
 SMALL = Shape(vocab=1000, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, tied=True)
@@ -85,11 +85,11 @@ def test_qwen_3b_shape():
     assert 3.0e9 < shape.params() < 3.1e9  # Qwen2.5-3B: 3.09B parameters
     # the mps profile: fp32, LoRA r16, one 128-token completion per micro-batch, checkpointing
     mps = estimate(shape, Run(batch=1, generation_batch=2, prompt_tokens=300, checkpointing=True))
-    assert 11.4 * GB < mps["weights"] < 11.6 * GB  # 4 bytes each
-    assert peak(mps) < 16 * GB  # the seeds' 16-20 GB is the whole Mac's use, beside the OS and the apps
+    assert 11.4 * GIB < mps["weights"] < 11.6 * GIB  # 4 bytes each
+    assert peak(mps) < 16 * GIB  # the seeds' 16-20 GIB is the whole Mac's use, beside the OS and the apps
     # the cuda profile's QLoRA: NF4 with double quantisation, bf16 embeddings
     cuda = estimate(shape, Run(dtype="bfloat16", load_in_4bit=True, double_quant=True, optim="paged_adamw_8bit"))
-    assert 1.9 * GB < cuda["weights"] < 2.1 * GB
+    assert 1.9 * GIB < cuda["weights"] < 2.1 * GIB
 
 
 class FakeClock:
@@ -107,7 +107,7 @@ def _advisor(clock, **kw):
         "per_device_train_batch_size": 2,
         "gradient_accumulation_steps": 2,
         "output_dir": "outputs/mps",
-        "limit_bytes": 16 * GB,
+        "limit_bytes": 16 * GIB,
         "clock": clock,
     }
     return RollbackAdvisor(**{**settings, **kw})
@@ -146,15 +146,15 @@ def test_advisor_logs_the_seed_rollback_once_on_a_slow_step(caplog):
 
 def test_advisor_skips_rungs_already_taken_and_watches_memory():
     clock = FakeClock()
-    used = {"bytes": 1 * GB}
+    used = {"bytes": 1 * GIB}
     advisor = _advisor(
-        clock, max_completion_length=96, num_generations=2, memory_bytes=lambda: used["bytes"], limit_bytes=16 * GB
+        clock, max_completion_length=96, num_generations=2, memory_bytes=lambda: used["bytes"], limit_bytes=16 * GIB
     )
     _steps(advisor, clock, [1.0, 1.0])
     assert advisor.advice is None
-    used["bytes"] = 15 * GB  # past 90% of 16 GB
+    used["bytes"] = 15 * GIB  # past 90% of 16 GIB
     _steps(advisor, clock, [1.0])
-    assert advisor.advice.startswith("memory at 15.0 GB of 16.0 GB")
+    assert advisor.advice.startswith("memory at 15.0 GiB of 16.0 GiB")
     assert advisor.advice.endswith("--per_device_train_batch_size 1 --gradient_accumulation_steps 4 --resume")
 
 
@@ -176,13 +176,13 @@ def test_dry_run_prints_the_estimate_for_the_embedded_model(capsys):
 
 
 def test_colocated_vllm_reserves_its_share_awake_or_only_while_generating():
-    awake = estimate(SMALL, Run(vllm_fraction=0.25), device_bytes=16 * GB)
-    assert awake["vllm"] == 4 * GB and awake["kv cache"] == 0  # vLLM's KV cache lives inside its reservation
+    awake = estimate(SMALL, Run(vllm_fraction=0.25), device_bytes=16 * GIB)
+    assert awake["vllm"] == 4 * GIB and awake["kv cache"] == 0  # vLLM's KV cache lives inside its reservation
     fixed = awake["runtime"] + awake["weights"] + awake["trainable state"]
-    assert peak(awake) == fixed + 4 * GB + awake["activations"] + awake["logits"]
-    asleep = estimate(SMALL, Run(vllm_fraction=0.25, vllm_sleep=True), device_bytes=16 * GB)
-    # the loss runs while vLLM sleeps, and needs less than its 4 GB
-    assert peak(asleep, vllm_sleeps=True) == fixed + 4 * GB
+    assert peak(awake) == fixed + 4 * GIB + awake["activations"] + awake["logits"]
+    asleep = estimate(SMALL, Run(vllm_fraction=0.25, vllm_sleep=True), device_bytes=16 * GIB)
+    # the loss runs while vLLM sleeps, and needs less than its 4 GIB
+    assert peak(asleep, vllm_sleeps=True) == fixed + 4 * GIB
 
 
 @pytest.mark.parametrize(("config", "mode"), [("colocate", "colocate"), ("server", "server")])
@@ -205,8 +205,8 @@ def test_colocated_vllm_on_cpu_counts_its_kv_cache_and_weight_copy_not_a_share_o
     run = memory.run_settings(resolve(["--profile", "cpu", "--config", str(path), "--dry-run"]), prompt_tokens=216)
     assert run.vllm_cpu_kv_gib == 2.0
     shape = Shape.from_config(QWEN2_5_3B)
-    parts = estimate(shape, run, device_bytes=64 * GB)
-    assert parts["vllm"] == shape.params() * 2 + 2 * GB  # not 0.35 x 64 GB of RAM
+    parts = estimate(shape, run, device_bytes=64 * GIB)
+    assert parts["vllm"] == shape.params() * 2 + 2 * GIB  # not 0.35 x 64 GIB of RAM
     assert parts["kv cache"] == 0  # vLLM's KV cache is inside its part
 
 
@@ -216,4 +216,4 @@ def test_a_cpu_run_without_vllm_counts_and_names_no_vllm():
     run = memory.run_settings(resolve(["--profile", "cpu", "--dry-run"]), prompt_tokens=68)
     assert run.vllm_fraction == 0.0 and run.vllm_cpu_kv_gib == 0.0
     out = memory.report(Shape.from_config(QWEN2_5_3B), run, "cpu", runtime=0)
-    assert "vLLM" not in out["assumes"] and "vllm" not in out["parts_gb"]
+    assert "vLLM" not in out["assumes"] and "vllm" not in out["parts_gib"]

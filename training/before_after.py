@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
+
+from transformers.integrations import TensorBoardCallback
 
 from evaluation.metrics import compute_metrics
 from evaluation.plots import plot_by_turn, plot_guess_histogram, plot_learning_curve, plot_reward_curves
@@ -15,6 +18,7 @@ from evaluation.report import (
     by_opening,
     console,
     markdown,
+    markdown_tables,
     opening_heading,
     read_json,
     rich_table,
@@ -104,4 +108,106 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
             mine.win_rate,
         )
     logger.info("evaluation files in %s", directory)
+    report_to_trackers(trainer, results)  # after the files, so that a tracker's failure never costs them
     return results
+
+
+# --- the trackers (--report_to) ----------------------------------------------------------------------------
+
+# What each player's row gives the trackers: the metrics of evaluation.metrics, each a rate or a mean with its
+# 95% interval.
+FIGURES = (
+    "win_rate",
+    "mean_guesses_won",
+    "contradiction_rate",
+    "repeat_rate",
+    "format_failure_rate",
+    "invalid_rate",
+)
+TABLE_KEY = "eval/before_after"
+TABLE_COLUMNS = (
+    "opening",
+    "player",
+    "kind",
+    "games",
+    *(f"{f}{end}" for f in FIGURES for end in ("", "_ci_low", "_ci_high")),
+)
+
+
+def figures(metric: dict) -> tuple[float | None, float | None, float | None]:
+    """A rate (``wilson``) or a mean (``mean_ci``) and its interval; None where nothing was observed."""
+    value = metric["rate"] if "rate" in metric else metric["mean"]
+    if value is None:
+        return None, None, None
+    return value, metric["low"], metric["high"]
+
+
+def opening_key(spec: str) -> str:
+    """An opening as a tracker key's part: ``answer:2`` -> ``answer_2`` (TensorBoard renames ``:`` and ``,``)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", spec)
+
+
+def final_scalars(results: list[PlayerResult]) -> dict[str, float]:
+    """The model's figures before and after, per opening: ``eval_OPENING/PLAYER/FIGURE`` with ``_ci_low`` and
+    ``_ci_high``. The ``eval_`` prefix is the Trainer's own for evaluation, which every tracker callback files
+    under ``eval/`` (``eval/own/after/win_rate``). A figure with nothing observed is left out."""
+    logs = {}
+    for result in results:
+        if result.kind == "baseline":  # the baselines' figures never change: the table holds them
+            continue
+        prefix = f"eval_{opening_key(result.opening)}/{result.label}"
+        for name in FIGURES:
+            value, low, high = figures(result.metrics[name])
+            if value is not None:
+                logs |= {f"{prefix}/{name}": value, f"{prefix}/{name}_ci_low": low, f"{prefix}/{name}_ci_high": high}
+    return logs
+
+
+def final_table(results: list[PlayerResult]) -> list[list]:
+    """One row per player per opening, baselines included, in ``TABLE_COLUMNS`` order."""
+    rows = []
+    for r in results:
+        cells = [value for name in FIGURES for value in figures(r.metrics[name])]
+        rows.append([r.opening, r.label, r.kind, r.metrics["games"], *cells])
+    return rows
+
+
+def _wandb_table(trainer, results: list[PlayerResult]) -> None:
+    import wandb
+
+    if wandb.run is not None:  # transformers started it; it stays open until the process ends
+        table = wandb.Table(columns=list(TABLE_COLUMNS), data=final_table(results))
+        wandb.log({TABLE_KEY: table, "train/global_step": trainer.state.global_step})
+
+
+def _trackio_table(trainer, results: list[PlayerResult]) -> None:
+    import trackio
+
+    # The run transformers closed at the end of training was reopened, by its name, by trainer.log's scalars.
+    table = trackio.Table(columns=list(TABLE_COLUMNS), data=final_table(results))
+    trackio.log({TABLE_KEY: table, "train/global_step": trainer.state.global_step})
+
+
+def _tensorboard_table(trainer, results: list[PlayerResult]) -> None:
+    # TensorBoard has no tables: its text dashboard renders Markdown. The writer is the callback's own,
+    # reopened in the same log directory by trainer.log's scalars.
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
+            callback.tb_writer.add_text(TABLE_KEY, markdown_tables(results, heading="#### "), trainer.state.global_step)
+            callback.tb_writer.flush()
+
+
+# Each tracker's own table object; a tracker not named here gets the scalars alone.
+TABLES = {"wandb": _wandb_table, "trackio": _trackio_table, "tensorboard": _tensorboard_table}
+
+
+def report_to_trackers(trainer, results: list[PlayerResult]) -> None:
+    """The final evaluation in every ``--report_to`` tracker, at the last step: the scalars through
+    ``trainer.log`` (every tracker's callback gets them, and the log history), the table through each
+    tracker's own table. The main process only: no collective runs here."""
+    if not trainer.args.report_to:
+        return
+    trainer.log(final_scalars(results))
+    for tracker in trainer.args.report_to:
+        if tracker in TABLES:
+            TABLES[tracker](trainer, results)

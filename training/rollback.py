@@ -10,7 +10,7 @@ import time
 
 from transformers import TrainerCallback
 
-from models.memory import GB
+from models.memory import GIB
 from runtime.device import memory_in_use, memory_limit
 from settings.config import Resolved
 
@@ -100,7 +100,7 @@ class RollbackAdvisor(TrainerCallback):
                 reason = f"step {state.global_step} took {seconds:.0f} s, {seconds / median:.1f}x the first steps' {median:.1f} s"
         used = self.memory_bytes()
         if reason is None and used is not None and self.limit and used > self.memory_fraction * self.limit:
-            reason = f"memory at {used / GB:.1f} GB of {self.limit / GB:.1f} GB"
+            reason = f"memory at {used / GIB:.1f} GiB of {self.limit / GIB:.1f} GiB"
         if reason is None:
             return
         rungs = self.rungs()

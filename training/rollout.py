@@ -341,8 +341,8 @@ def lone_turn_share(games: Sequence[Game], generations: int) -> float:
 
 
 def log_game_metrics(trainer: Any, games: Sequence[Game], generations: int) -> None:
-    # TRL's completions/* metrics count unmasked tokens only (placeholders show length 0), so the
-    # games get their own. _log_metric averages over the logging interval and across processes.
+    # What TRL's completions/* metrics cannot say: how the games went (the trainer counts only live turns in
+    # those, WordleGRPOTrainer._count_live_turns). _log_metric averages over the logging interval and processes.
     for name, value in game_rates(games).items():
         trainer._log_metric(name, value)
     trainer._log_metric("game/lone_turns", lone_turn_share(games, generations))

@@ -187,6 +187,38 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
     return rows
 
 
+# The project trackers file a run under, unless the user names one: transformers' default is "huggingface" for all.
+PROJECT = "wordle-grpo"
+HF_DEFAULT_PROJECT = "huggingface"  # TrainingArguments.project's default: counts as not set
+
+
+def name_the_run(resolved: Resolved) -> None:
+    """Trackers file the run under ``wordle-grpo``, named after its output directory, unless the user named them.
+
+    transformers (5.x) gives trackio ``args.project`` and ``args.run_name`` (none: a random name), wandb
+    ``$WANDB_PROJECT`` and ``args.run_name``. A named run also lets trackio, which transformers closes at the end
+    of training, reopen the same run for the final evaluation (``training.before_after``) instead of a new one.
+    TensorBoard needs nothing: it writes under ``output_dir/runs/`` unless ``$TENSORBOARD_LOGGING_DIR`` says
+    otherwise.
+    """
+    args = resolved.training
+    if not args.report_to:
+        return
+    wandb = "wandb" in args.report_to
+    if args.run_name is None:
+        # wandb's own variable for the name would lose to an explicit run_name, so it is the user's choice here.
+        chosen = os.environ.get("WANDB_NAME") if wandb else None
+        args.run_name = chosen or Path(args.output_dir).resolve().name
+    if args.project == HF_DEFAULT_PROJECT:
+        # Neither transformers nor trackio reads TRACKIO_PROJECT itself; a user who set it meant it.
+        args.project = os.environ.get("TRACKIO_PROJECT", PROJECT)
+    if wandb:
+        os.environ.setdefault("WANDB_PROJECT", PROJECT)
+    projects = (("trackio", args.project), ("wandb", os.environ.get("WANDB_PROJECT")))
+    where = [f"{tracker} project {project!r}" for tracker, project in projects if tracker in args.report_to]
+    logger.info("tracking run %r%s", args.run_name, "".join(f", {w}" for w in where))
+
+
 def offline_wandb_unless_logged_in(resolved: Resolved) -> None:
     """wandb would otherwise stop to ask for a login; runs stay offline (``wandb sync`` later) unless the user has one."""
     logged_in = os.environ.get("WANDB_API_KEY") or "api.wandb.ai" in _read(Path.home() / ".netrc")
@@ -210,6 +242,7 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         warning = distributed.resume_warning(run.checkpoint, resolved.training)
         if warning:
             logger.warning(warning)
+    name_the_run(resolved)
     offline_wandb_unless_logged_in(resolved)
     if resolved.training.use_vllm and resolved.script.device == "cpu":  # before vLLM starts (see settings.config)
         os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)
@@ -225,8 +258,8 @@ def log_memory_estimate(resolved: Resolved, source: str, tokenizer) -> None:
     estimate = memory.preflight(resolved, source, tokenizer)
     if "warning" in estimate:
         logger.warning("memory: %s", estimate["warning"])
-    elif "peak_gb" in estimate:
-        logger.info("memory estimate: peak %.2f GB per device (%s)", estimate["peak_gb"], estimate["assumes"])
+    elif "peak_gib" in estimate:
+        logger.info("memory estimate: peak %.2f GiB per device (%s)", estimate["peak_gib"], estimate["assumes"])
 
 
 def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset:

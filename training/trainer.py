@@ -5,7 +5,8 @@
   batch's dataset rows, samples each start state ``SLOTS x num_generations`` times in a row
   (see ``training/rollout.py``), and scores and trains on the batch in chunks trimmed of their
   padding; ``check=GameCheck(...)`` adds greedy games on the validation secrets (from its own opening and a
-  random one) to the logs every ``check_steps`` steps, and at the start.
+  random one) to the logs every ``check_steps`` steps, and at the start. TRL's ``completions/*`` lengths count
+  the live turns alone, not the placeholders of games that had ended.
 
 Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
 difference against a bare GRPOTrainer).
@@ -131,6 +132,28 @@ class WordleGRPOTrainer(GRPOTrainer):
             torch.stack(aux).mean() if aux else None,
         )
 
+    def _generate(self, prompts: list):
+        out = super()._generate(prompts)
+        if self.game_rollout is not None:
+            _, completion_ids, env_mask = out[:3]
+            self._count_live_turns(completion_ids, env_mask)
+        return out
+
+    def _count_live_turns(self, completion_ids: list[list[int]], env_mask: list[list[int]]) -> None:
+        """TRL's ``completions/*`` length metrics over live turns alone. TRL counts every row, and in game
+        mode a game that ended fills its later turn slots with placeholders of length 0 (env_mask 0): the
+        minimum read 0 and the means were diluted by them. TRL has just appended this batch's values; they
+        are replaced (its other metrics, and the loss, were right already)."""
+        device = self.accelerator.device
+        ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        live = torch.tensor([bool(mask[0]) for mask in env_mask], device=device)
+        lengths = torch.tensor([sum(mask) for mask in env_mask], device=device)
+        clipped = torch.tensor([ids[-1] not in ends for ids in completion_ids], device=device)
+        gather = self.accelerator.gather  # a collective, as TRL's own gather of the lengths just before
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for key, value in live_length_metrics(gather(lengths), gather(live), gather(clipped)).items():
+            metrics[key][-1] = value
+
     def _generate_and_score_completions(self, inputs):
         if self.game_rollout is None:
             return super()._generate_and_score_completions(inputs)
@@ -178,6 +201,22 @@ def _widen(values: torch.Tensor, cut: int, rows: torch.Tensor | None, size: int)
     full = values.new_zeros((size, values.size(1)))
     full[rows] = values
     return full
+
+
+def live_length_metrics(lengths: torch.Tensor, live: torch.Tensor, clipped: torch.Tensor) -> dict[str, float]:
+    """TRL's completion-length metrics (its names and meanings) over the live rows of a game batch: each
+    row's reply length, whether it is a live turn, and whether it was cut off at the length limit. A
+    batch without a live row (no game had a turn to play) or without a terminated reply reads 0, as TRL's does."""
+    turns, ended = lengths[live].float(), lengths[live & ~clipped].float()
+    metrics = {"completions/clipped_ratio": clipped[live].float().mean().item() if len(turns) else 0.0}
+    for name, values in (("length", turns), ("terminated_length", ended)):
+        values = values if len(values) else values.new_zeros(1)
+        metrics |= {
+            f"completions/mean_{name}": values.mean().item(),
+            f"completions/min_{name}": values.min().item(),
+            f"completions/max_{name}": values.max().item(),
+        }
+    return metrics
 
 
 def drop_placeholders(batch: dict, keep: int | None = None) -> dict:

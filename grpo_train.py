@@ -48,7 +48,19 @@ from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
 from training.rollback import RollbackAdvisor
 from training.rollout import GameCheck, GameRollout
-from training.run import Plan, check_not_in_use, dataset, fit, log_memory_estimate, merge, plan, prepare, save
+from training.run import (
+    Plan,
+    check_not_in_use,
+    dataset,
+    fit,
+    log_memory_estimate,
+    merge,
+    outermost_missing,
+    plan,
+    prepare,
+    remove_empty,
+    save,
+)
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
 
@@ -153,7 +165,7 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         if resolved.script.merge and distributed.is_main():
             merge(resolved, run)
         return None
-    created = not run.out.exists()
+    created = outermost_missing(run.out)  # the lock creates it and any missing parent
     lock = distributed.OutputLock(run.out)
     if distributed.is_main() and not lock.acquire():
         check_not_in_use(run.out)  # raises, naming the run that took it since plan()
@@ -161,8 +173,8 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         return _train(resolved, run)
     finally:
         lock.release()
-        if created and distributed.is_main() and run.out.is_dir() and not any(run.out.iterdir()):
-            run.out.rmdir()  # a run that stopped before writing anything leaves no empty directory
+        if created is not None and distributed.is_main():
+            remove_empty(run.out, created)  # a run that stopped before writing anything leaves no directory
 
 
 def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:

@@ -375,6 +375,13 @@ TRAIN_CASES = [
         "configuration, before the model loads)",
     ),
     Case(
+        "no prompt fits",
+        ["--max_prompt_length", "5"],
+        "no prompt fits in 5 tokens",
+        "prompts",
+        row="no training prompt fits the prompt budget (found with the tokenizer, before any game)",
+    ),
+    Case(
         "chat template that refuses the game",
         ["--model", "{tmp}/mymodel"],
         "fails on the game's prompt",
@@ -388,6 +395,28 @@ TRAIN_CASES = [
         "oom",
         row="out of memory (during training)",
     ),
+    # The embedded model's replies are far below 96 tokens: the advice starts at the first rung left.
+    Case(
+        "out of memory with two rollbacks left",
+        ["--skip_eval", "true"],
+        "retry with --num_generations 2; if that fails too, --per_device_train_batch_size 4 "
+        "--gradient_accumulation_steps 24 (with --resume",
+        "oom-cpu",
+    ),
+    Case(
+        "output dir holds another model's run",
+        [],
+        "holds a run of Qwen/Qwen2.5-0.5B-Instruct, not tiny",
+        "othermodel",
+        row="`output_dir` holds a finished run of another model",
+    ),
+    Case(
+        "finished steps, unsaved adapter",
+        ["--resume"],
+        "reached max_steps (100) but the run stopped before saving",
+        "unsaved",
+        row="`--resume` where the last checkpoint reached `max_steps` but the run stopped before saving",
+    ),
     Case(
         "disk full while saving a checkpoint",
         ["--skip_eval", "true"],
@@ -396,7 +425,7 @@ TRAIN_CASES = [
         row="the disk fills while a checkpoint is saved (the half-written one is removed, the earlier ones stay whole)",
     ),
 ]
-PAST_THE_CHECKS = {"tokenizer", "template", "oom", "diskfull"}  # setups that let a run log before its error
+PAST_THE_CHECKS = {"tokenizer", "prompts", "template", "oom", "oom-cpu", "diskfull"}  # setups that let a run log before its error
 
 # What each setup writes, relative to the test's directory.
 FILES = {
@@ -421,6 +450,12 @@ FILES = {
     "outfile": {"outputs/cpu": "my notes\n"},
     "evalout": {"eval-out": "keep me\n"},
     "checkpoints": {"outputs/cpu/checkpoint-500/trainer_state.json": '{"global_step": 500}'},
+    "othermodel": {  # a finished run of a hub model, where the profile's default model is tiny
+        "outputs/cpu/adapter_config.json": '{"peft_type": "LORA"}',
+        "outputs/cpu/wordle_grpo_config.yaml": "model:\n  name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n",
+    },
+    # The last checkpoint is at the profile's max_steps, but the adapter was never saved beside it.
+    "unsaved": {"outputs/cpu/checkpoint-100/trainer_state.json": '{"global_step": 100}'},
     # Evaluating: an adapter directory whose run configuration was edited into a list.
     "edited": {
         "outputs/cpu/adapter_config.json": '{"peft_type": "LORA"}',
@@ -470,14 +505,18 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
             monkeypatch.setenv("WORLD_SIZE", "2")
     elif kind == "tokenizer":  # the tokenizer loads (its tokens count the reply); the model still must not
         monkeypatch.setattr(grpo_train, "load_tokenizer", modeling.load_tokenizer)
+    elif kind == "prompts":  # the tokenizer counts the prompts; with --max_prompt_length the model is not asked
+        monkeypatch.setattr(grpo_train, "load_tokenizer", modeling.load_tokenizer)
+        monkeypatch.setattr(grpo_train, "load_model", lambda *a, **k: None)
     elif kind == "template":  # the embedded model's tokenizer with a template that takes assistant turns alone
         model = tmp / "mymodel"
         shutil.copytree(tinymodel.model_dir(), model, ignore=shutil.ignore_patterns("model.safetensors"))
         write(model / "model.safetensors", "")  # never loaded
         write(model / "chat_template.jinja", "{{ raise_exception('Only assistant roles are supported!') }}")
         monkeypatch.setattr(grpo_train, "load_tokenizer", modeling.load_tokenizer)
-    elif kind == "oom":  # on an Apple GPU, whose memory runs out in the first step
-        monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
+    elif kind in ("oom", "oom-cpu"):  # memory runs out in the first step: on an Apple GPU, or here
+        if kind == "oom":
+            monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
         _reach_the_trainer(monkeypatch, lambda resolved: SimpleNamespace(train=_out_of_memory))
     elif kind == "diskfull":
         monkeypatch.setattr(WordleGRPOTrainer.__mro__[1], "_save_checkpoint", _disk_full)
@@ -557,9 +596,8 @@ def test_grpo_train_bad_input_is_one_line(case, tmp_path, monkeypatch, capsys, n
     assert case.expected in line
     if case.row:
         assert_is_the_docs_line(case.row, line, tmp_path)
-    # A run past its checks took its output dir's lock, and removed the dir again; its parent (outputs/) stays.
-    past = case.setup in PAST_THE_CHECKS
-    assert files_in(tmp_path, empty_dirs=not past) == before, "a failed run writes nothing and leaves what was there"
+    # A run past its checks took its output dir's lock (creating outputs/cpu), and removed both again.
+    assert files_in(tmp_path) == before, "a failed run writes nothing and leaves what was there"
 
 
 EVALUATE_CASES = [

@@ -36,6 +36,7 @@ from training.data import (
     load_rows,
     save_rows,
 )
+from training.rollback import RollbackAdvisor
 from training.trainer import WordleGRPOTrainer
 from wordle import train_secrets
 
@@ -77,6 +78,21 @@ def plan(resolved: Resolved) -> Plan:
     check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game)
     out, checkpoint, done = check_output_dir(resolved)
     return Plan(source, out, checkpoint, rows, done)
+
+
+def outermost_missing(out: Path) -> Path | None:
+    """The outermost directory of ``out`` that does not exist yet (``outputs`` for a new ``outputs/cpu``)."""
+    return next((p for p in [*reversed(out.parents), out] if not p.exists()), None)
+
+
+def remove_empty(out: Path, top: Path) -> None:
+    """Remove ``out`` and its parents up to ``top`` while they are empty: what a run created and left unused."""
+    for directory in [out, *out.parents]:
+        if not directory.is_dir() or any(directory.iterdir()):
+            return
+        directory.rmdir()
+        if directory == top:
+            return
 
 
 def check_not_in_use(out: Path) -> None:
@@ -142,8 +158,8 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
         )
     if done and not finished:
         raise ConfigError(
-            f"{newest[0]} reached max_steps ({max_steps}) but the run stopped before saving to {out}: its adapter is "
-            f"in the checkpoint (python evaluate.py --adapter {newest[0]}); raise --max_steps to train on"
+            f"{newest[0]} reached max_steps ({max_steps}) but the run stopped before saving its adapter: "
+            f"evaluate.py --adapter {newest[0]}, or raise --max_steps to train on"
         )
     return out, newest[0] if newest else None, done
 
@@ -192,7 +208,7 @@ PROJECT = "wordle-grpo"
 HF_DEFAULT_PROJECT = "huggingface"  # TrainingArguments.project's default: counts as not set
 
 
-def name_the_run(resolved: Resolved) -> None:
+def name_the_run(resolved: Resolved, resuming: bool = False) -> None:
     """Trackers file the run under ``wordle-grpo``, named after its output directory, unless the user named them.
 
     transformers (5.x) gives trackio ``args.project`` and ``args.run_name`` (none: a random name), wandb
@@ -205,7 +221,8 @@ def name_the_run(resolved: Resolved) -> None:
     if not args.report_to:
         return
     wandb = "wandb" in args.report_to
-    if args.run_name is None:
+    named = args.run_name is not None
+    if not named:
         # wandb's own variable for the name would lose to an explicit run_name, so it is the user's choice here.
         chosen = os.environ.get("WANDB_NAME") if wandb else None
         args.run_name = chosen or Path(args.output_dir).resolve().name
@@ -217,6 +234,25 @@ def name_the_run(resolved: Resolved) -> None:
     projects = (("trackio", args.project), ("wandb", os.environ.get("WANDB_PROJECT")))
     where = [f"{tracker} project {project!r}" for tracker, project in projects if tracker in args.report_to]
     logger.info("tracking run %r%s", args.run_name, "".join(f", {w}" for w in where))
+    if "trackio" in args.report_to and not (named or resuming) and args.run_name in _trackio_runs(args.project):
+        # trackio continues a run of the same name: a new run into a directory named as an earlier one's would
+        # add its steps to that run's curves.
+        logger.warning(
+            "trackio: project %r already holds a run named %r, and this run's logs will continue it: pass "
+            "--run_name to keep them apart",
+            args.project,
+            args.run_name,
+        )
+
+
+def _trackio_runs(project: str) -> list[str]:
+    """The names of the runs this machine's trackio holds in ``project`` (none: a project not yet created)."""
+    import trackio  # only a run that reports to trackio needs it
+
+    try:
+        return [run.name for run in trackio.Api().runs(project)]
+    except ValueError:  # trackio's answer for a project it does not hold
+        return []
 
 
 def offline_wandb_unless_logged_in(resolved: Resolved) -> None:
@@ -242,7 +278,7 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         warning = distributed.resume_warning(run.checkpoint, resolved.training)
         if warning:
             logger.warning(warning)
-    name_the_run(resolved)
+    name_the_run(resolved, resuming=run.checkpoint is not None)
     offline_wandb_unless_logged_in(resolved)
     if resolved.training.use_vllm and resolved.script.device == "cpu":  # before vLLM starts (see settings.config)
         os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)
@@ -302,9 +338,14 @@ def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -
 
 
 def _oom_message(resolved: Resolved) -> str:
+    """The rollback's rungs that this run has not taken, in order (as the rollback advisor gives them)."""
     t = resolved.training
-    return (
+    where = (
         f"out of memory on {resolved.script.device} with max_completion_length {t.max_completion_length} and "
-        f"per_device_train_batch_size {t.per_device_train_batch_size}: retry with --max-completion 96 and a smaller "
-        f"--per_device_train_batch_size (with --resume to continue from the last checkpoint in {t.output_dir})"
+        f"per_device_train_batch_size {t.per_device_train_batch_size}"
     )
+    rungs = RollbackAdvisor.for_run(resolved).rungs()
+    if not rungs:
+        return f"{where}, and every rollback is taken: use a smaller model, 4-bit weights, or more memory"
+    tries = "; if that fails too, ".join(rungs)
+    return f"{where}: retry with {tries} (with --resume to continue from the last checkpoint in {t.output_dir})"

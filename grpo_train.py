@@ -149,7 +149,7 @@ def dry_run(resolved: Resolved) -> None:
     print(yaml.safe_dump({"memory_estimate": estimate}, sort_keys=False, width=120), end="")
 
 
-# --- load, data, evaluate, trainer, train, save, evaluate -------------------------------------------------
+# --- the run: load, data, evaluate, trainer, train, save, evaluate ------------------------------------------
 
 
 def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | None:
@@ -179,17 +179,21 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 
 def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     prepare(resolved, run)
+    # Load: the tokenizer first, so that a reply limit it cannot hold fails before the weights load.
     tokenizer = load_tokenizer(run.source, resolved)
     check_reply_fits(tokenizer, resolved.training.max_completion_length)
     log_memory_estimate(resolved, run.source, tokenizer)
     model = load_model(run.source, resolved)
+    # Data: game states (or start states) rendered by wordle/, with prompts that fit beside a reply.
     train_dataset = dataset(resolved, run, model, tokenizer)
-    # Full games on held-out secrets before training, to compare with after (reused on --resume).
+    # Evaluate: full games on the held-out secrets before training, to compare with after (reused on --resume).
     skip = resolved.script.skip_eval
     before = None if skip else evaluate_start(resolved, model, tokenizer, run.out, resuming=bool(run.checkpoint))
+    # Trainer, train, save.
     trainer = make_trainer(resolved, model, tokenizer, train_dataset)
     fit(resolved, trainer, run.checkpoint)
     save(resolved, run, trainer, tokenizer)
+    # Evaluate again: the before/after tables and plots, then the adapter's card that shows them.
     results = None if before is None else evaluate_end(resolved, trainer, tokenizer, run.out, before)
     if not distributed.is_main() or not resolved.model.use_peft:  # the card describes an adapter
         return trainer
@@ -206,6 +210,7 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
 
 
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
+    """TRL's GRPOTrainer with the project's rollout (game mode), periodic validation games and callbacks."""
     script = resolved.script
     suppress = getattr(model.generation_config, "suppress_tokens", None)
     if suppress and not resolved.training.use_vllm:

@@ -21,6 +21,8 @@ No machine of ours can reach a model hub, so the project makes its own small mod
 - :mod:`tinymodel.build`: the small Qwen2 (heads of their own for the past-guess tokens, saved as a Llama),
   the scales and the build, whose CLI is ``python -m tinymodel`` (20 to 30 minutes on one CPU core, by the
   machine's speed; ``--scale ci`` makes a throwaway model in seconds for tests).
+- :mod:`tinymodel.stand_in`: **stand-ins of hub models**: a random-weight Qwen2 saved beside Qwen's real
+  tokenizer files, so the path every hub user takes runs offline, in the tests and the memory benchmark.
 
 This module imports nothing heavy: loading the shipped model needs only :func:`model_dir`.
 Loading never builds; a missing model is a one-line error that names the build command.

@@ -232,7 +232,7 @@ def compare_game(opts, base: list[str]) -> None:
     set_threads(turn)
     source = model_source(turn.model.model_name_or_path)
     turn_rows = build_rows(max(64, opts.steps * turn.training.generation_batch_size), seed=turn.training.seed)
-    game_rows = [make_row(secret, []) for secret in train_secrets()]  # grpo_train.training_rows in game mode
+    game_rows = [make_row(secret, []) for secret in train_secrets()]  # training.run.training_rows in game mode
     turn_runs: list[Run] = []
     game_runs: list[Run] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ from settings.errors import ConfigError
 from settings.summary import summary
 from training.data import make_row
 from training.rollout import GameBatch, GameRollout, KeptRows, kept_rows, lone_turn_share
-from training.trainer import drop_placeholders, trim_padding
+from training.trainer import drop_placeholders, live_length_metrics, trim_padding
 from wordle import MAX_GUESSES, history_for
 from wordle.game import Game, format_reply, play
 
@@ -284,6 +284,43 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
             assert torch.equal(got, rows[:, : got.size(1)])
             assert not rows[:, got.size(1) :].any()  # padding columns: zeros
     assert mixed  # the batch did hold micro-batches of live rows and placeholders
+
+
+# (reply lengths, live turn?, cut off at the length limit?) -> TRL's completion-length metrics over live turns.
+LENGTHS = [
+    # every row a live turn that ended: TRL's own figures
+    ([3, 5], [1, 1], [0, 0], {"mean_length": 4, "min_length": 3, "max_length": 5, "clipped_ratio": 0}),
+    # the placeholders of ended games (length 0) neither set the minimum nor dilute the mean
+    ([3, 0, 5, 0], [1, 0, 1, 0], [0, 0, 0, 0], {"mean_length": 4, "min_length": 3, "mean_terminated_length": 4}),
+    # a live turn cut off counts in the lengths and the clipped ratio, not in the terminated lengths
+    (
+        [3, 8, 0],
+        [1, 1, 0],
+        [0, 1, 0],
+        {"mean_length": 5.5, "max_length": 8, "clipped_ratio": 0.5, "max_terminated_length": 3},
+    ),
+    # every live turn cut off: no terminated reply, which reads 0 as TRL's does
+    ([8, 8, 0], [1, 1, 0], [1, 1, 0], {"clipped_ratio": 1, "mean_terminated_length": 0, "min_length": 8}),
+    # no live turn at all: zeros, not a crash
+    ([0, 0], [0, 0], [0, 0], {"mean_length": 0, "min_length": 0, "clipped_ratio": 0}),
+]
+
+
+@pytest.mark.parametrize(("lengths", "live", "clipped", "expected"), LENGTHS)
+def test_completion_lengths_count_live_turns_only(lengths, live, clipped, expected):
+    metrics = live_length_metrics(torch.tensor(lengths), torch.tensor(live).bool(), torch.tensor(clipped).bool())
+    assert {f"completions/{key}": value for key, value in expected.items()}.items() <= metrics.items()
+
+
+def test_the_logged_completion_lengths_are_those_of_the_live_turns(scored):
+    trainer, out = scored
+    lengths = (out["completion_mask"] * out["tool_mask"]).sum(1)
+    live = lengths[lengths > 0].float()  # a turn cut off keeps its mask (mask_truncated_completions is off)
+    logged = {key: values[-1] for key, values in trainer._metrics["train"].items() if key.startswith("completions/")}
+    assert (lengths == 0).any()  # the batch has placeholders, which TRL counted as replies of length 0
+    assert logged["completions/min_length"] == live.min().item() > 0
+    assert logged["completions/mean_length"] == pytest.approx(live.mean().item())
+    assert logged["completions/max_length"] == live.max().item()
 
 
 @pytest.mark.parametrize(

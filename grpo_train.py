@@ -76,7 +76,7 @@ TRL_OPTIONS = {
     "save_steps": "save a checkpoint (for --resume) every N steps",
     "learning_rate": "the LoRA learning rate",
     "seed": "seed of the data, sampling and evaluation: a run is repeatable in it",
-    "report_to": "where to log: none, wandb, trackio, tensorboard",
+    "report_to": "where to log: none, or trackio, tensorboard, wandb (several: comma-separated); docs/trackers.md",
 }
 
 

@@ -101,6 +101,9 @@ def apply_script_flags(
             )
         if script.world_size < 1:
             raise ConfigError(f"--world_size must be at least 1, got {script.world_size}")
+    report_to = train_kw.get("report_to")
+    if isinstance(report_to, str) and "," in report_to:  # the command line gives one string; transformers takes a list
+        train_kw["report_to"] = [name.strip() for name in report_to.split(",") if name.strip()]
     if script.no_4bit:
         model_kw["load_in_4bit"] = model_kw["load_in_8bit"] = False
         if "8bit" in str(train_kw.get("optim", "")):

@@ -314,3 +314,12 @@ def test_dry_run_world_size_checks_the_batch_as_that_many_processes_would():
     assert (batch["processes"], batch["generation_batch_size"], batch["effective_prompts_per_step"]) == (2, 8, 1)
     with pytest.raises(ConfigError, match=r"generation_batch_size \(12\) must be divisible by num_generations"):
         config_mod.resolve([*argv, "--world_size", "3"])
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("tensorboard,wandb", ["tensorboard", "wandb"]), ("trackio", ["trackio"]), ("none", [])],
+)
+def test_report_to_takes_several_trackers_on_the_command_line(given, expected):
+    resolved = resolve(["--profile", "cpu", "--report_to", given, "--dry-run"], check_device=False)
+    assert resolved.training.report_to == expected

@@ -791,7 +791,7 @@ def test_a_reply_budget_too_small_for_the_constraint_stops_before_any_game(tmp_p
 def test_the_readme_counts_the_rows_of_docs_errors():
     rows = [line for line in (ROOT / "docs" / "errors.md").read_text().splitlines() if line.startswith("| ")]
     situations = len(rows) - 1  # less the header
-    said = re.search(r"all (\d+), launchers", " ".join((ROOT / "README.md").read_text().split()))
+    said = re.search(r"All (\d+), launchers", " ".join((ROOT / "README.md").read_text().split()))
     assert said and int(said.group(1)) == situations, (
         f"README says {said and said.group(1)}, docs/errors.md has {situations}"
     )

@@ -1,0 +1,57 @@
+"""Where a model contradicts the feedback: its guesses made with feedback in view, by how many answers the
+feedback still allows, from each opening of an ``evaluate.py --out`` run.
+
+    python evaluate.py --model tiny --split val --openings own answer allowed answer:2 --no_baselines --out /tmp/val
+    python research/probe_answers_left.py /tmp/val/eval.json [more eval.json files]
+
+Per player and opening: games won, the share of guesses with feedback in view that could not be the secret
+(``contradicting``, as evaluate.py counts it), the share that repeat an earlier guess, and the contradicting
+share by answers left (1, 2-3, 4-10, more). Prints figures, never asserts; read validation runs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+from pathlib import Path
+
+from wordle import candidates
+
+BUCKETS = ("1", "2-3", "4-10", ">10")
+
+
+def bucket(n: int) -> str:
+    return "1" if n == 1 else "2-3" if n <= 3 else "4-10" if n <= 10 else ">10"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("eval_json", nargs="+", help="eval.json files written by evaluate.py --out")
+    for path in parser.parse_args().eval_json:
+        print(path)
+        for player in json.loads(Path(path).read_text())["players"]:
+            if player["kind"] == "baseline":
+                continue
+            seen, bad, repeats = collections.Counter(), collections.Counter(), 0
+            for game in player["games"]:
+                history = [(guess, pattern) for guess, pattern in game.get("start", [])]  # the given opening
+                for turn in game["turns"]:
+                    if turn["status"] != "valid":
+                        continue
+                    if history:
+                        left = candidates(history).words()
+                        seen[bucket(len(left))] += 1
+                        bad[bucket(len(left))] += turn["guess"] not in left
+                        repeats += turn["guess"] in [guess for guess, _ in history]
+                    history.append((turn["guess"], turn["pattern"]))
+            total = sum(seen.values())
+            split = "  ".join(f"{b}: {bad[b]}/{seen[b]} ({bad[b] / max(1, seen[b]):.0%})" for b in BUCKETS)
+            print(
+                f"  {player['label']}, {player['opening']:<9} won {player['metrics']['win_rate']['rate']:.1%}  "
+                f"contradicting {sum(bad.values()) / total:.1%}  repeats {repeats / total:.1%} | by answers left: {split}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -18,11 +18,18 @@ README = (ROOT / "README.md").read_text()
 TEXT = " ".join(README.split())  # a phrase may wrap across lines
 
 
+# Experiment ids, recipe and issue numbers belong to the research log and git history.
+IDS = re.compile(r"\be\d{1,3}\b|\brecipes? \d+|\bissues? #?\d+|\bseed 0\d\d\b", flags=re.IGNORECASE)
+
+
 def test_the_readme_is_short_and_plain():
     assert len(README.splitlines()) <= 250
-    # Experiment ids, recipe and issue numbers belong to the research log and git history, not the README.
-    ids = re.findall(r"\be\d{1,3}\b|\brecipes? \d+|\bissues? #?\d+|\bseed 0\d\d\b", README, flags=re.IGNORECASE)
-    assert not ids, ids
+    assert not IDS.findall(README)
+
+
+def test_the_profiles_cite_no_experiment_ids():
+    for profile in sorted((ROOT / "profiles").glob("*.yaml")):
+        assert not IDS.findall(profile.read_text()), profile.name
 
 
 def test_the_readmes_counts_are_the_codes():

@@ -1,6 +1,6 @@
 """Games per second through a vLLM server against vLLM in this process, on the same games.
 
-Start a server on the embedded model first, in the environment with vLLM (README, "vLLM"):
+Start a server on the embedded model first, in the environment with vLLM (docs/several-gpus.md, "vLLM generation"):
 
     python -m vllm.entrypoints.openai.api_server --model tinymodel/model --dtype float32 --port 8000 &
     python benchmarks/bench_vllm_server.py --url http://127.0.0.1:8000 --games 50

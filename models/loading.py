@@ -309,7 +309,9 @@ def load_vllm(
     can agree; elsewhere the checkpoint's dtype.
     """
     if importlib.util.find_spec("vllm") is None:
-        raise ConfigError('--backend vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README)')
+        raise ConfigError(
+            '--backend vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: docs/several-gpus.md)'
+        )
     from vllm import LLM  # here: vLLM is an optional dependency
     from vllm.lora.request import LoRARequest
 

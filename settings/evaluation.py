@@ -150,7 +150,7 @@ def parse(argv: list[str]) -> EvalArguments:
         raise ConfigError("--vllm_server is where --backend vllm generates: pass --backend vllm")
     if args.backend == "vllm" and args.vllm_server is None and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
-            '--backend vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README), '
+            '--backend vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: docs/several-gpus.md), '
             "or --vllm_server URL"
         )
     if args.torch_threads < 0:

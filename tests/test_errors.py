@@ -425,7 +425,14 @@ TRAIN_CASES = [
         row="the disk fills while a checkpoint is saved (the half-written one is removed, the earlier ones stay whole)",
     ),
 ]
-PAST_THE_CHECKS = {"tokenizer", "prompts", "template", "oom", "oom-cpu", "diskfull"}  # setups that let a run log before its error
+PAST_THE_CHECKS = {
+    "tokenizer",
+    "prompts",
+    "template",
+    "oom",
+    "oom-cpu",
+    "diskfull",
+}  # setups that let a run log before its error
 
 # What each setup writes, relative to the test's directory.
 FILES = {

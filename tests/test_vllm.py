@@ -1,7 +1,7 @@
 """vLLM for real, on its CPU build: colocated generation while training (TRL's colocate mode).
 
 Skipped where vLLM is not installed, as in the main suite; ``.ci/run`` runs this file again in a second
-environment with vLLM's CPU build (README, "vLLM"). Each training runs the embedded model 2 steps and
+environment with vLLM's CPU build (docs/several-gpus.md, "vLLM generation"). Each training runs the embedded model 2 steps and
 checks, at every generation after the first optimizer step, that the weights vLLM generates with are
 the trained LoRA merged into the base: a sync that stopped sending weights fails here.
 """

@@ -64,7 +64,7 @@ def plan(resolved: Resolved) -> Plan:
     check_bitsandbytes(resolved)
     if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
-            'use_vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: README, vLLM), or --use_vllm false'
+            'use_vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: docs/several-gpus.md), or --use_vllm false'
         )
     rows = None
     if script.dataset and Path(script.dataset).exists():

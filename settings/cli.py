@@ -11,6 +11,7 @@ import enum
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,13 +31,34 @@ def shown(value: Any) -> str:
     return str(value)
 
 
-def _option_lines(fields: Sequence[Any], defaults: Any, dashed: Sequence[str], width: int = 100) -> list[str]:
-    """``defaults`` words each default (``settings.config.HelpDefaults.note``), as ``--help-all`` does."""
+@dataclass
+class HelpDefaults:
+    """The defaults that help shows: the profile's values (with its embedded-model section when the model is
+    the embedded one) and ``--config``'s, over TRL's; ``profile_keys`` are the ones the profile sets."""
+
+    profile: str
+    values: dict[str, Any]
+    profile_keys: set[str]
+    header: str
+
+    def note(self, name: str, value: Any) -> str | None:
+        """``(default: X)``, naming the profile when it set X; None for a default of None (nothing set)."""
+        if value is None:
+            return None
+        source = f", from profile {self.profile}" if name in self.profile_keys else ""
+        return f"(default: {shown(value)}{source})"
+
+
+NO_PROFILE = HelpDefaults("", {}, set(), "")  # a script without profiles: each field's own default
+
+
+def _option_lines(fields: Sequence[Any], defaults: HelpDefaults, dashed: Sequence[str], width: int = 100) -> list[str]:
+    """Each field with its default worded by ``defaults.note``, as ``--help-all``'s formatter does."""
     lines = []
     for f in fields:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         text = f.metadata.get("help", "")
-        note = defaults.note(f.name, defaults.values.get(f.name, default)) if defaults else _plain_note(default)
+        note = defaults.note(f.name, defaults.values.get(f.name, default))
         if note is not None and "(default:" not in text:  # a help text may say the default in its own words
             text += f" {note}"
         wrapped = textwrap.wrap(text, width - 28) or [""]
@@ -44,10 +66,6 @@ def _option_lines(fields: Sequence[Any], defaults: Any, dashed: Sequence[str], w
         lines.append(f"  --{flag:<24}{wrapped[0]}")
         lines += [" " * 28 + more for more in wrapped[1:]]
     return lines
-
-
-def _plain_note(default: Any) -> str | None:
-    return None if default is None else f"(default: {shown(default)})"
 
 
 def brief(dataclass: type, helps: dict[str, str]) -> list[Any]:
@@ -87,7 +105,7 @@ def help_requested(
         print("\n".join([*header, full(given)]))
         return True
     options = [*dataclasses.fields(own), *more]
-    lines = [doc.strip(), "", *header, "Options:", *extra, *_option_lines(options, given, dashed)]
+    lines = [doc.strip(), "", *header, "Options:", *extra, *_option_lines(options, given or NO_PROFILE, dashed)]
     if full is not None:
         lines += ["", f"{HELP_ALL}: every option, including each TRL GRPOConfig and ModelConfig field."]
     print("\n".join(lines))

@@ -18,7 +18,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from trl import GRPOConfig, ModelConfig, TrlParser
@@ -27,7 +27,7 @@ from runtime import device as devices
 from settings import arguments, checks
 from settings.arguments import TINY, ScriptArguments, available_profiles
 from settings.checks import HAS_NEW_CHECKPOINTING, NEW_CHECKPOINTING
-from settings.cli import shown
+from settings.cli import NO_PROFILE, HelpDefaults
 from settings.errors import ConfigError, unknown
 from wordle.decoding import Decoding
 from wordle.words import TRAIN_PARTS
@@ -130,45 +130,22 @@ def make_parser(defaults: HelpDefaults | None = None) -> TrlParser:
     return parser
 
 
-@dataclass
-class HelpDefaults:
-    """The defaults that help shows: the profile's values (with its embedded-model section when the model is
-    the embedded one) and ``--config``'s, over TRL's; ``profile_keys`` are the ones the profile sets."""
-
-    profile: str
-    values: dict[str, Any]
-    profile_keys: set[str]
-    header: str
-
-    def note(self, name: str, value: Any) -> str | None:
-        """``(default: X)``, naming the profile when it set X; None for a default of None (nothing set)."""
-        if value is None:
-            return None
-        source = f", from profile {self.profile}" if name in self.profile_keys else ""
-        return f"(default: {shown(value)}{source})"
-
-
 def help_defaults(argv: list[str]) -> HelpDefaults:
     """What a run with ``argv`` would start from: the layers of ``resolve``, before the command line's own values."""
-    known = _pre_parse(argv)
-    notes: list[str] = []
-    profile, values = _layers(known, notes)
-    own = load_profile(profile)
-    embedded = own.pop(EMBEDDED_SECTION, {})
-    tiny = values.get("model_name_or_path") == TINY and bool(embedded)
-    keys = set(own) | (set(embedded) if tiny else set())
-    values = {k: v for k, v in values.items() if k != "profile"}  # --profile's default stays auto, said above
+    layers = _layers(_pre_parse(argv), [])
+    keys = set(layers.from_profile)
+    values = {k: v for k, v in layers.values.items() if k != "profile"}  # --profile's default stays auto, said above
     for flag, field_name in (("model", "model_name_or_path"), ("max_completion", "max_completion_length")):
         if field_name in values:  # the script's flag shows the field it sets
             values[flag] = values[field_name]
             keys |= {flag} if field_name in keys else set()
-    auto = f" (--profile auto on this machine: {notes[0].split(': ', 1)[1]})" if known.profile == "auto" else ""
+    auto = f" (--profile auto on this machine: {layers.detected})" if layers.detected else ""
     header = (
-        f"Defaults are profile {profile}'s{auto}"
-        + (", with its settings for the embedded model" if tiny else "")
+        f"Defaults are profile {layers.profile}'s{auto}"
+        + (", with its settings for the embedded model" if layers.embedded else "")
         + "; --profile NAME --help shows another's."
     )
-    return HelpDefaults(profile, values, keys, header)
+    return HelpDefaults(layers.profile, values, keys, header)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -183,11 +160,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if "(default:" in text or action.default is argparse.SUPPRESS or not action.option_strings:
             return text
-        note = (self.defaults or _NO_PROFILE).note(action.dest, action.default)
+        note = (self.defaults or NO_PROFILE).note(action.dest, action.default)
         return text if note is None else f"{text} {note}".replace("%", "%%")
-
-
-_NO_PROFILE = HelpDefaults("", {}, set(), "")
 
 
 def _construct(cls: type, kwargs: dict[str, Any], label: str) -> Any:
@@ -211,19 +185,29 @@ def _pre_parse(argv: list[str]) -> argparse.Namespace:
     return known
 
 
-def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str, Any]]:
+class _Layers(NamedTuple):
+    profile: str  # the profile's name, "auto" resolved
+    values: dict[str, Any]  # the profile's values, its embedded-model section's where it applies, then --config's
+    from_profile: set[str]  # the keys the profile (and that section) set
+    detected: str | None  # why --profile auto chose this profile; None when the user named it
+    embedded: bool  # whether the profile's embedded-model section applies
+
+
+def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
     """The profile's values, its embedded-model section when the model is the embedded one, then --config."""
-    profile = known.profile
+    profile, detected = known.profile, None
     if profile == "auto":
-        profile, why = devices.detect()
-        notes.append(f"profile auto -> {profile}: {why}")
+        profile, detected = devices.detect()
+        notes.append(f"profile auto -> {profile}: {detected}")
     values = load_profile(profile)
     embedded = values.pop(EMBEDDED_SECTION, {})
     config = _read_yaml(Path(known.config), "config file") if known.config else {}
     model = known.model or config.get("model") or config.get("model_name_or_path") or values["model_name_or_path"]
+    applies = bool(embedded) and model == TINY
+    from_profile = set(values) | (set(embedded) if applies else set())
     if embedded:
         summary = ", ".join(f"{k} {plain(v)}" for k, v in embedded.items())
-        if model == TINY:
+        if applies:
             values.update(embedded)
             # The section's values, not the resolved ones: --config and the command line still override them.
             notes.append(
@@ -238,7 +222,7 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> tuple[str, dict[str,
     values["profile"] = profile
     if not HAS_NEW_CHECKPOINTING and NEW_CHECKPOINTING in values:
         values.setdefault("gradient_checkpointing", values.pop(NEW_CHECKPOINTING))
-    return profile, values
+    return _Layers(profile, values, from_profile, detected, applies)
 
 
 def _parse(argv: list[str], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -270,7 +254,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     """
     known = _pre_parse(argv)
     notes: list[str] = []
-    profile, values = _layers(known, notes)
+    profile, values, *_ = _layers(known, notes)
     script_kw, train_kw, model_kw = _parse(argv, values)
     script_kw["profile"] = profile  # the resolved name, not "auto"
     script = _construct(ScriptArguments, script_kw, "script")

@@ -180,9 +180,11 @@ def apply_run_config(args: EvalArguments) -> None:
     ``evaluate.py --adapter OUTPUT_DIR`` replays the evaluation the run made; else the defaults."""
     saved = run_config(args)
     run: dict = {}
+    script: dict = {}  # the run's script flags that differ from their defaults
     if saved is not None:
         try:
-            run = yaml.safe_load(saved.read_text())["evaluation"]
+            config = yaml.safe_load(saved.read_text())
+            run, script = config["evaluation"], config.get("script") or {}
         except (yaml.YAMLError, TypeError, KeyError):
             raise ConfigError(f"{saved} is not a run's configuration (no evaluation section): was it edited?") from None
     defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None, "openings": ["own"]}
@@ -190,8 +192,7 @@ def apply_run_config(args: EvalArguments) -> None:
         if getattr(args, name) is None:
             setattr(args, name, run.get(name, default))
     if args.torch_threads is None:
-        threads = (yaml.safe_load(saved.read_text()).get("script") or {}) if saved is not None else {}
-        args.torch_threads = threads.get("torch_threads", 1 if args.model == TINY else 0)
+        args.torch_threads = script.get("torch_threads", 1 if args.model == TINY else 0)
 
 
 def decoding(args: EvalArguments) -> Decoding:

@@ -15,7 +15,6 @@ import dataclasses
 import enum
 import functools
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -104,16 +103,15 @@ class _Parser(TrlParser):
     """TrlParser whose errors are one ConfigError line, never argparse's usage block and exit."""
 
     def error(self, message: str):  # type: ignore[override]
-        # A value outside a field's choices (--rollout, --optim, ...) reads as every other unknown name does.
-        choice = _INVALID_CHOICE.match(message)
-        if choice:
-            flag, value, valid = choice.groups()
-            name = flag.split("/")[0]
-            raise unknown(name.lstrip("-").replace("_", " "), value, re.findall(r"'([^']*)'", valid), name)
         raise ConfigError(message.splitlines()[0])
 
-
-_INVALID_CHOICE = re.compile(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)")
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A value outside a field's choices (--rollout, --optim, ...) reads as every other unknown name does,
+        # from the choices themselves: argparse's own message words them differently across Python releases.
+        if action.choices is not None and value not in action.choices:
+            flag = action.option_strings[0]
+            raise unknown(flag.lstrip("-").replace("_", " "), str(value), [str(c) for c in action.choices], flag)
+        super()._check_value(action, value)
 
 
 def make_parser(defaults: HelpDefaults | None = None) -> TrlParser:

@@ -21,6 +21,7 @@ exactly as the build does, and probes that model untrained. Nothing here asserts
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import sys
 import time
@@ -54,6 +55,9 @@ def report(name: str, probs: list[torch.Tensor], cands: list[list[int]], past: l
             f"  {n} past guesses ({len(picked):4d} states): mass on still-possible answers "
             f"{sum(mass) / len(mass):.3f}, top answer still possible {sum(top) / len(top):.3f}"
         )
+    one = [i for i, c in enumerate(cands) if len(c) == 1]
+    top = [int(probs[i].argmax()) == column[cands[i][0]] for i in one]
+    print(f"  one answer left ({len(one):4d} states): top answer is it {sum(top) / max(1, len(top)):.3f}")
 
 
 @torch.no_grad()
@@ -69,6 +73,9 @@ def main() -> int:
     parser.add_argument("--batch_size", type=int, default=256, help="states per bag step (the build's)")
     parser.add_argument("--lr", type=float, default=3e-2, help="the bag's learning rate (the build's)")
     parser.add_argument("--pooling", choices=["mean", "sum"], default="mean", help="the bag's pooling (build: mean)")
+    parser.add_argument(
+        "--no_constraints", action="store_true", help="the fitted rows alone, without tinymodel.bag.constraint_rows"
+    )
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
     parser.add_argument("--seed", type=int, default=0)
@@ -76,6 +83,7 @@ def main() -> int:
     if args.wire and args.pooling != "mean":
         parser.error("--wire needs --pooling mean: layer 0's uniform attention computes a mean")
     torch.set_num_threads(1)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     solver = Solver()
     train_rows = game_rows(args.train_states, random.Random(args.seed), solver, train_secrets("sft"))
@@ -96,7 +104,7 @@ def main() -> int:
     column = {t: j for j, t in enumerate(word_ids)}
     started = time.monotonic()
     train_encoded = encode(tokenizer, train_rows)
-    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling)
+    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling, not args.no_constraints)
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
     logits = [getattr(matrix[p], args.pooling)(0) for p in ids]  # the rows' mean or sum

@@ -16,7 +16,7 @@ import datasets
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from tinymodel.tokenizer import USER, WORDS, past_guess_ids
+from tinymodel.tokenizer import COLUMN_TAGS, TAGGED_LETTERS, USER, WORDS, past_guess_ids
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,31 @@ def guess_states(encoded: datasets.Dataset) -> list[tuple[int, list[int], list[i
     ]
 
 
+def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two fixed (vocabulary x answers) matrices, 1 where a marked letter's token rules an answer out:
+
+    - *placed*: what the token says about its own column (``R(✓)₂``: not R there rules a word out; ``R(~)₂``
+      and ``R(-)₂``: R there does);
+    - *present*: what it says about the word (``R(~)₂``: no R rules it out; ``R(-)₂``: an R does, unless the same
+      line marks another R, which one token cannot see: hence a row and a weight of its own).
+
+    Every other token's rows are 0. Their sum over a prompt counts the feedback a word breaks, the same for any
+    opening; the fitted rows learn that from the secrets they see, and ranked a ruled-out word first in 15% of
+    four-guess validation states (docs/research-log.md)."""
+    placed = torch.zeros(len(tokenizer), len(WORDS))
+    present = torch.zeros(len(tokenizer), len(WORDS))
+    has = torch.tensor([[chr(c) in word for c in range(ord("A"), ord("Z") + 1)] for word in WORDS], dtype=torch.float)
+    at = torch.tensor([[[word[i] == chr(c) for c in range(ord("A"), ord("Z") + 1)] for i in range(5)] for word in WORDS])
+    at = at.float()  # answers x columns x letters
+    for token in TAGGED_LETTERS:
+        letter, mark, column = token.strip()[0], token.strip()[2], COLUMN_TAGS.index(token[-1])
+        row, c = tokenizer.convert_tokens_to_ids(token), ord(letter) - ord("A")
+        placed[row] = 1 - at[:, column, c] if mark == "✓" else at[:, column, c]
+        if mark != "✓":
+            present[row] = 1 - has[:, c] if mark == "~" else has[:, c]
+    return placed, present
+
+
 def fit_guess_bag(
     encoded: datasets.Dataset,
     tokenizer: PreTrainedTokenizerFast,
@@ -41,6 +66,7 @@ def fit_guess_bag(
     learning_rate: float,
     seed: int,
     pooling: str = "mean",
+    constraints: bool = True,
 ) -> torch.Tensor:
     """A softmax regression for the guessed answer: its logits are the mean, over the tokens before it,
     of one learned row per token, fitted to the soft target of :class:`tinymodel.sft.SoftTargetTrainer`.
@@ -71,12 +97,16 @@ def fit_guess_bag(
     row_of[own] = torch.arange(len(own))
     prefixes = [row_of[torch.tensor(prefix)].tolist() for prefix in prefixes]
     guessed_in = [[(past[t], prefix.count(t)) for t in set(prefix) if t in past] for _, prefix, _ in states]
+    placed, present = (rows[own + [own[0]]] for rows in constraint_rows(tokenizer))  # the held row: any own row
+    placed[-1], present[-1] = 0.0, 0.0
+    fixed = torch.nn.EmbeddingBag.from_pretrained(torch.stack([placed, present], -1).flatten(1), mode=pooling)
     bag = torch.nn.EmbeddingBag(len(own) + 1, len(word_ids), mode=pooling)
     torch.nn.init.zeros_(bag.weight)
     bag.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([len(own)]), 0.0))
     temperature = torch.nn.Parameter(torch.tensor(10.0))
     not_guessed = torch.nn.Parameter(torch.tensor(1.0))  # c
-    optimizer = torch.optim.Adam([bag.weight, temperature, not_guessed], lr=learning_rate)
+    breaks = torch.nn.Parameter(torch.tensor([1.0, 1.0] if constraints else [0.0, 0.0]))  # placed, present
+    optimizer = torch.optim.Adam([bag.weight, temperature, not_guessed, *([breaks] if constraints else [])], lr=learning_rate)
     for step in range(steps):
         batch = torch.randint(len(states), (batch_size,), generator=generator).tolist()
         flat = torch.tensor([t for i in batch for t in prefixes[i]])
@@ -85,7 +115,8 @@ def fit_guess_bag(
         for k, i in enumerate(batch):
             for j, count in guessed_in[i]:
                 guessed[k, j] = count / len(prefixes[i]) if pooling == "mean" else count
-        logp = (temperature * (bag(flat, offsets) - not_guessed * guessed)).log_softmax(-1)
+        broken = fixed(flat, offsets).view(batch_size, len(word_ids), 2) @ breaks
+        logp = (temperature * (bag(flat, offsets) - broken - not_guessed * guessed)).log_softmax(-1)
         # The soft target as one (batch x answers) matrix, each row uniform over its state's candidates.
         soft = torch.zeros_like(logp)
         for k, i in enumerate(batch):
@@ -95,12 +126,13 @@ def fit_guess_bag(
         loss.backward()
         optimizer.step()
     logger.info(
-        "guess bag: %d steps, last loss %.3f, past-guess weight %.2f",
+        "guess bag: %d steps, last loss %.3f, past-guess weight %.2f, constraint weights %.2f, %.2f",
         steps,
         loss.item() if steps else float("nan"),
         not_guessed.item(),
+        *breaks.tolist(),
     )
-    matrix = bag.weight.detach()[row_of]
+    matrix = (bag.weight.detach() - (fixed.weight.view(-1, len(word_ids), 2) @ breaks.detach()))[row_of]
     for token, j in past.items():
         matrix[token, j] = -not_guessed.item()
     return temperature.detach() * matrix

@@ -2,6 +2,7 @@
 
     python research/probe_guess_bag.py                           # the bag alone, on the build's tokens
     python research/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
+    python research/probe_guess_bag.py --constraints --wire --unpointed   # e69's bag, wired without "not W" rows
     python research/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
 The bag learns from game states of the secrets the build's SFT learns from (``train_secrets("sft")``),
@@ -74,7 +75,10 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=3e-2, help="the bag's learning rate (the build's)")
     parser.add_argument("--pooling", choices=["mean", "sum"], default="mean", help="the bag's pooling (build: mean)")
     parser.add_argument(
-        "--no_constraints", action="store_true", help="the fitted rows alone, without tinymodel.bag.constraint_rows"
+        "--constraints", action="store_true", help="the fitted rows beside tinymodel.bag.constraint_rows (build: off)"
+    )
+    parser.add_argument(
+        "--unpointed", action="store_true", help="--wire without the past-guess rows (tinymodel.bag.point_past_guesses)"
     )
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
@@ -104,14 +108,17 @@ def main() -> int:
     column = {t: j for j, t in enumerate(word_ids)}
     started = time.monotonic()
     train_encoded = encode(tokenizer, train_rows)
-    matrix = fit_guess_bag(train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling, not args.no_constraints)
+    matrix = fit_guess_bag(
+        train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling, args.constraints
+    )
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)
     logits = [getattr(matrix[p], args.pooling)(0) for p in ids]  # the rows' mean or sum
     report(f"bag of the build's tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
-        wire_guess_bag(model, matrix, word_ids, train_encoded, past_guess_ids(tokenizer))  # as the build wires it
+        past = () if args.unpointed else past_guess_ids(tokenizer)
+        wire_guess_bag(model, matrix, word_ids, train_encoded, past)  # as the build wires it (--unpointed: but that)
         report("the bag wired into an untrained Qwen2", model_probs(model.eval(), ids, word_ids), cands, past, column)
     return 0
 

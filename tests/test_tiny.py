@@ -25,7 +25,14 @@ from models.source import model_source
 from settings.config import resolve
 from settings.errors import ConfigError
 from tinymodel import MODEL_DIR, MODEL_FILES, MissingModelError, model_dir
-from tinymodel.bag import add_past_guess_heads, as_llama, fit_guess_bag, guess_states, wire_guess_bag
+from tinymodel.bag import (
+    add_past_guess_heads,
+    as_llama,
+    constraint_rows,
+    fit_guess_bag,
+    guess_states,
+    wire_guess_bag,
+)
 from tinymodel.build import SCALES, build, build_model
 from tinymodel.build import main as tiny_main
 from tinymodel.data import encode, game_rows, reply_text, think_text
@@ -33,6 +40,7 @@ from tinymodel.tokenizer import (
     CHARACTERS,
     CHAT_TEMPLATE,
     COLUMN_TAGS,
+    TAGGED_LETTERS,
     UNSPELLED,
     WORD_SET,
     WORDS,
@@ -277,13 +285,71 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer_from_any_
     assert 0.3 < own < 0.5 and 0.2 < sum(o in answer_set for o in openers) / len(openers) < 0.4
 
 
+CONSTRAINTS = constraint_rows(TOKENIZER)
+
+
+@pytest.mark.parametrize(
+    "token, word, placed, present",
+    [
+        (" R(✓)₂", "ARBOR", 0, 0),  # R in column 2: kept
+        (" R(✓)₂", "CRANE", 0, 0),
+        (" R(✓)₂", "ROBIN", 1, 0),  # an R, but not in column 2
+        ("S(~)₁", "ABASE", 0, 0),  # an S, elsewhere
+        ("S(~)₁", "SALTY", 1, 0),  # an S where the mark said not
+        ("S(~)₁", "BLOAT", 0, 1),  # no S at all
+        (" E(-)₅", "ROBIN", 0, 0),
+        (" E(-)₅", "CRANE", 1, 1),  # an E, and in column 5
+        (" E(-)₅", "BEACH", 0, 1),  # an E: ruled out unless the same line marks another E (one token cannot see it)
+    ],
+)
+def test_constraint_rows_say_what_a_marked_letter_rules_out(token, word, placed, present):
+    row, column = TOKENIZER.convert_tokens_to_ids(token), WORDS.index(word)
+    assert (CONSTRAINTS[0][row, column], CONSTRAINTS[1][row, column]) == (placed, present)
+
+
+def test_constraint_rows_rule_out_every_past_guess_and_keep_the_secret():
+    # Summed over a prompt's tokens, the rows count the feedback a word breaks. A past guess that did not win always
+    # breaks its own placed rows (its yellow or grey letter sits where the mark says it does not belong), so "not W"
+    # needs no row of its own; the secret breaks none unless a line marks one letter both grey and not.
+    rng, (placed, present) = random.Random(0), CONSTRAINTS
+    marked = torch.zeros(len(TOKENIZER), dtype=torch.bool)
+    marked[TOKENIZER.convert_tokens_to_ids(list(TAGGED_LETTERS))] = True
+    assert not placed[~marked].any() and not present[~marked].any()  # every other token rules nothing out
+    for _ in range(200):
+        secret = rng.choice(WORDS)
+        guesses = [rng.choice(WORDS) if rng.random() < 0.5 else rng.choice(allowed()) for _ in range(rng.randint(1, 4))]
+        history = history_for(secret, guesses)
+        text = TOKENIZER.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+        ids = torch.tensor(TOKENIZER(text, add_special_tokens=False)["input_ids"])
+        for guess, pattern in history:
+            if guess in WORD_SET and pattern != "GGGGG":
+                assert placed[ids, WORDS.index(guess)].sum() >= 1, history
+        grey_and_not = any(
+            len({mark for letter_, mark in zip(guess, pattern) if letter_ == letter}) > 1
+            for guess, pattern in history
+            for letter, mark in zip(guess, pattern)
+            if mark == "B"
+        )
+        if not grey_and_not:
+            assert placed[ids, WORDS.index(secret)].sum() + present[ids, WORDS.index(secret)].sum() == 0, history
+
+
 # sum: the probe's alternative (research log)
-@pytest.mark.parametrize("pooling", ["mean", "sum"])
-def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
+@pytest.mark.parametrize("pooling, constraints", [("mean", False), ("sum", False), ("mean", True)])
+def test_guess_bag_learns_to_favour_still_possible_answers(pooling, constraints):
     tokenizer = TOKENIZER
     rows = game_rows(300, random.Random(0), Solver(), train_secrets())
     encoded = encode(tokenizer, rows)
-    matrix = fit_guess_bag(encoded, tokenizer, steps=100, batch_size=32, learning_rate=1e-2, seed=0, pooling=pooling)
+    matrix = fit_guess_bag(
+        encoded,
+        tokenizer,
+        steps=100,
+        batch_size=32,
+        learning_rate=1e-2,
+        seed=0,
+        pooling=pooling,
+        constraints=constraints,
+    )
     assert matrix.shape == (len(tokenizer), len(WORDS))
     column = {t: j for j, t in enumerate(tokenizer.convert_tokens_to_ids(list(WORDS)))}
     gains = []
@@ -299,6 +365,12 @@ def test_guess_bag_learns_to_favour_still_possible_answers(pooling):
         own = matrix[past, torch.arange(len(WORDS))]
         assert float(own[0]) < 0 and torch.equal(own, torch.full_like(own, float(own[0])))
         assert matrix[past].count_nonzero() == len(WORDS)
+    if constraints:
+        # Every marked letter's row is lower on the answers it rules out than on the rest.
+        placed, present = CONSTRAINTS
+        tagged = TOKENIZER.convert_tokens_to_ids(list(TAGGED_LETTERS))
+        both = [(t, o) for t, o in zip(tagged, (placed[tagged] + present[tagged]) > 0) if o.any() and (~o).any()]
+        assert len(both) > 500 and all(matrix[t][o].mean() < matrix[t][~o].mean() for t, o in both)
 
 
 def test_wiring_makes_layer_zero_compute_the_guess_bag():

@@ -43,11 +43,14 @@ def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, t
 
     Every other token's rows are 0. Their sum over a prompt counts the feedback a word breaks, the same for any
     opening; the fitted rows learn that from the secrets they see, and ranked a ruled-out word first in 15% of
-    four-guess validation states (docs/research-log.md)."""
+    four-guess validation states. With these rows beside them, 5% (research/probe_guess_bag.py --constraints; the
+    research log's e69, where a build with them is measured too)."""
     placed = torch.zeros(len(tokenizer), len(WORDS))
     present = torch.zeros(len(tokenizer), len(WORDS))
     has = torch.tensor([[chr(c) in word for c in range(ord("A"), ord("Z") + 1)] for word in WORDS], dtype=torch.float)
-    at = torch.tensor([[[word[i] == chr(c) for c in range(ord("A"), ord("Z") + 1)] for i in range(5)] for word in WORDS])
+    at = torch.tensor(
+        [[[word[i] == chr(c) for c in range(ord("A"), ord("Z") + 1)] for i in range(5)] for word in WORDS]
+    )
     at = at.float()  # answers x columns x letters
     for token in TAGGED_LETTERS:
         letter, mark, column = token.strip()[0], token.strip()[2], COLUMN_TAGS.index(token[-1])
@@ -66,7 +69,7 @@ def fit_guess_bag(
     learning_rate: float,
     seed: int,
     pooling: str = "mean",
-    constraints: bool = True,
+    constraints: bool = False,
 ) -> torch.Tensor:
     """A softmax regression for the guessed answer: its logits are the mean, over the tokens before it,
     of one learned row per token, fitted to the soft target of :class:`tinymodel.sft.SoftTargetTrainer`.
@@ -106,7 +109,9 @@ def fit_guess_bag(
     temperature = torch.nn.Parameter(torch.tensor(10.0))
     not_guessed = torch.nn.Parameter(torch.tensor(1.0))  # c
     breaks = torch.nn.Parameter(torch.tensor([1.0, 1.0] if constraints else [0.0, 0.0]))  # placed, present
-    optimizer = torch.optim.Adam([bag.weight, temperature, not_guessed, *([breaks] if constraints else [])], lr=learning_rate)
+    optimizer = torch.optim.Adam(
+        [bag.weight, temperature, not_guessed, *([breaks] if constraints else [])], lr=learning_rate
+    )
     for step in range(steps):
         batch = torch.randint(len(states), (batch_size,), generator=generator).tolist()
         flat = torch.tensor([t for i in batch for t in prefixes[i]])

@@ -6,7 +6,9 @@ feedback still allows, from each opening of an ``evaluate.py --out`` run.
 
 Per player and opening: games won, the share of guesses with feedback in view that could not be the secret
 (``contradicting``, as evaluate.py counts it), the share that repeat an earlier guess, and the contradicting
-share by answers left (1, 2-3, 4-10, more). Prints figures, never asserts; read validation runs only.
+share by answers left (1, 2-3, 4-10, more), and how many of the contradicting guesses that are answers are
+secrets SFT played (``train_secrets("sft")``, 44% of the answers). Prints figures, never asserts; read validation
+runs only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import collections
 import json
 from pathlib import Path
 
-from wordle import candidates
+from wordle import answers, candidates, train_secrets
 
 BUCKETS = ("1", "2-3", "4-10", ">10")
 
@@ -28,12 +30,13 @@ def bucket(n: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("eval_json", nargs="+", help="eval.json files written by evaluate.py --out")
+    words, sft = set(answers()), set(train_secrets("sft"))
     for path in parser.parse_args().eval_json:
         print(path)
         for player in json.loads(Path(path).read_text())["players"]:
             if player["kind"] == "baseline":
                 continue
-            seen, bad, repeats = collections.Counter(), collections.Counter(), 0
+            seen, bad, repeats, bad_answers, bad_sft = collections.Counter(), collections.Counter(), 0, 0, 0
             for game in player["games"]:
                 history = [(guess, pattern) for guess, pattern in game.get("start", [])]  # the given opening
                 for turn in game["turns"]:
@@ -44,12 +47,16 @@ def main() -> None:
                         seen[bucket(len(left))] += 1
                         bad[bucket(len(left))] += turn["guess"] not in left
                         repeats += turn["guess"] in [guess for guess, _ in history]
+                        if turn["guess"] not in left and turn["guess"] in words:
+                            bad_answers += 1
+                            bad_sft += turn["guess"] in sft
                     history.append((turn["guess"], turn["pattern"]))
             total = sum(seen.values())
             split = "  ".join(f"{b}: {bad[b]}/{seen[b]} ({bad[b] / max(1, seen[b]):.0%})" for b in BUCKETS)
             print(
                 f"  {player['label']}, {player['opening']:<9} won {player['metrics']['win_rate']['rate']:.1%}  "
-                f"contradicting {sum(bad.values()) / total:.1%}  repeats {repeats / total:.1%} | by answers left: {split}"
+                f"contradicting {sum(bad.values()) / total:.1%}  repeats {repeats / total:.1%} | by answers left: {split} | "
+                f"SFT's secrets {bad_sft}/{bad_answers} ({bad_sft / max(1, bad_answers):.0%})"
             )
 
 

@@ -100,9 +100,11 @@ def fit_guess_bag(
     row_of[own] = torch.arange(len(own))
     prefixes = [row_of[torch.tensor(prefix)].tolist() for prefix in prefixes]
     guessed_in = [[(past[t], prefix.count(t)) for t in set(prefix) if t in past] for _, prefix, _ in states]
-    placed, present = (rows[own + [own[0]]] for rows in constraint_rows(tokenizer))  # the held row: any own row
-    placed[-1], present[-1] = 0.0, 0.0
-    fixed = torch.nn.EmbeddingBag.from_pretrained(torch.stack([placed, present], -1).flatten(1), mode=pooling)
+    fixed = None  # the constraint rows in the bag's own row order, placed and present interleaved
+    if constraints:
+        placed, present = (rows[own + [own[0]]] for rows in constraint_rows(tokenizer))  # the held row: any own row
+        placed[-1], present[-1] = 0.0, 0.0
+        fixed = torch.nn.EmbeddingBag.from_pretrained(torch.stack([placed, present], -1).flatten(1), mode=pooling)
     bag = torch.nn.EmbeddingBag(len(own) + 1, len(word_ids), mode=pooling)
     torch.nn.init.zeros_(bag.weight)
     bag.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([len(own)]), 0.0))
@@ -112,6 +114,7 @@ def fit_guess_bag(
     optimizer = torch.optim.Adam(
         [bag.weight, temperature, not_guessed, *([breaks] if constraints else [])], lr=learning_rate
     )
+    words = len(word_ids)
     for step in range(steps):
         batch = torch.randint(len(states), (batch_size,), generator=generator).tolist()
         flat = torch.tensor([t for i in batch for t in prefixes[i]])
@@ -120,8 +123,10 @@ def fit_guess_bag(
         for k, i in enumerate(batch):
             for j, count in guessed_in[i]:
                 guessed[k, j] = count / len(prefixes[i]) if pooling == "mean" else count
-        broken = fixed(flat, offsets).view(batch_size, len(word_ids), 2) @ breaks
-        logp = (temperature * (bag(flat, offsets) - broken - not_guessed * guessed)).log_softmax(-1)
+        logits = bag(flat, offsets) - not_guessed * guessed
+        if fixed is not None:
+            logits = logits - fixed(flat, offsets).view(batch_size, words, 2) @ breaks
+        logp = (temperature * logits).log_softmax(-1)
         # The soft target as one (batch x answers) matrix, each row uniform over its state's candidates.
         soft = torch.zeros_like(logp)
         for k, i in enumerate(batch):
@@ -137,7 +142,10 @@ def fit_guess_bag(
         not_guessed.item(),
         *breaks.tolist(),
     )
-    matrix = (bag.weight.detach() - (fixed.weight.view(-1, len(word_ids), 2) @ breaks.detach()))[row_of]
+    matrix = bag.weight.detach()
+    if fixed is not None:
+        matrix = matrix - fixed.weight.view(-1, words, 2) @ breaks.detach()
+    matrix = matrix[row_of]
     for token, j in past.items():
         matrix[token, j] = -not_guessed.item()
     return temperature.detach() * matrix

@@ -1,8 +1,9 @@
 """Does a model prefer the secrets its SFT played? Its answer logits on validation game states, by word group.
 
-    python research/probe_secret_prior.py tinymodel/model [more model directories]
+    python research/probe_secret_prior.py tinymodel/model [more model directories] [--splits sft rl val]
 
-On 1,500 game states of the validation secrets (drawn as the build draws its rows, from any opening; the right
+On 1,500 game states of the validation secrets (or of each split named: SFT's own secrets against unseen ones
+measures how much of the end game is recall) (drawn as the build draws its rows, from any opening; the right
 think before ``<guess>``, as ``probe_guess_bag.py`` feeds them): the mean logit of the answers each state rules out,
 by group (SFT's secrets, GRPO's, validation's, held-out), less the mean over the groups; and, on the states with one
 answer left, how often it is the model's first choice, as it is and with every SFT secret lowered by the SFT-minus-
@@ -30,14 +31,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("models", nargs="+", help="model directories (their own tokenizers)")
     parser.add_argument("--states", type=int, default=1500)
+    parser.add_argument("--splits", nargs="+", default=["val"], choices=["sft", "rl", "val"], help="whose states")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = game_rows(args.states, random.Random(1), Solver(), train_secrets("val"))  # probe_guess_bag's states
     split = {word: GROUPS.index(name) for name in GROUPS[:3] for word in train_secrets(name.replace("-", ""))}
     group = torch.tensor([split.get(word, 3) for word in WORDS])
-    for path in args.models:
+    for path, name in ((path, name) for path in args.models for name in args.splits):
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path).eval()
+        rows = game_rows(args.states, random.Random(1), Solver(), train_secrets(name))  # probe_guess_bag's states
         word_ids = tokenizer.convert_tokens_to_ids(list(WORDS))
         column = {token: j for j, token in enumerate(word_ids)}
         gap, one_left = torch.zeros(len(GROUPS)), []
@@ -52,7 +54,7 @@ def main() -> None:
                 if len(cands) == 1:
                     one_left.append((logits, column[cands[0]]))
         gap /= len(states)
-        print(f"{path}: mean logit of the ruled-out answers, by group, less their mean:")
+        print(f"{path}, states of the {name} secrets: mean logit of the ruled-out answers, by group, less their mean:")
         print("  " + "  ".join(f"{name} {value:+.2f}" for name, value in zip(GROUPS, gap.tolist())))
         for lowered in (0.0, float(gap[0] - gap[2])):
             right = sum(int((z - lowered * (group == 0)).argmax()) == j for z, j in one_left) / len(one_left)

@@ -52,6 +52,9 @@ def main() -> None:
                             bad_sft += turn["guess"] in sft
                     history.append((turn["guess"], turn["pattern"]))
             total = sum(seen.values())
+            if not total:  # every reply failed the format: no guess was made with feedback in view
+                print(f"  {player['label']}, {player['opening']:<9} no valid guess with feedback in view")
+                continue
             split = "  ".join(f"{b}: {bad[b]}/{seen[b]} ({bad[b] / max(1, seen[b]):.0%})" for b in BUCKETS)
             print(
                 f"  {player['label']}, {player['opening']:<9} won {player['metrics']['win_rate']['rate']:.1%}  "

@@ -5,7 +5,8 @@ feedback still allows, from each opening of an ``evaluate.py --out`` run.
     python research/probe_answers_left.py /tmp/val/eval.json [more eval.json files]
 
 Per player and opening: games won, the share of guesses with feedback in view that could not be the secret
-(``contradicting``, as evaluate.py counts it), the share that repeat an earlier guess, and the contradicting
+(``contradicting``, as evaluate.py counts it), the share of them that repeat an earlier guess (evaluate.py divides
+by every valid guess, a game's first included, so its repeat rate is lower), and the contradicting
 share by answers left (1, 2-3, 4-10, more), and how many of the contradicting guesses that are answers are
 secrets SFT played (``train_secrets("sft")``, 44% of the answers). Prints figures, never asserts; read validation
 runs only.

@@ -47,11 +47,11 @@ def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, t
     research log's e69, where a build with them is measured too)."""
     placed = torch.zeros(len(tokenizer), len(WORDS))
     present = torch.zeros(len(tokenizer), len(WORDS))
-    has = torch.tensor([[chr(c) in word for c in range(ord("A"), ord("Z") + 1)] for word in WORDS], dtype=torch.float)
+    letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
     at = torch.tensor(
-        [[[word[i] == chr(c) for c in range(ord("A"), ord("Z") + 1)] for i in range(5)] for word in WORDS]
-    )
-    at = at.float()  # answers x columns x letters
+        [[[word[i] == x for x in letters] for i in range(5)] for word in WORDS]
+    ).float()  # word, column, letter
+    has = at.amax(1)  # word, letter
     for token in TAGGED_LETTERS:
         letter, mark, column = token.strip()[0], token.strip()[2], COLUMN_TAGS.index(token[-1])
         row, c = tokenizer.convert_tokens_to_ids(token), ord(letter) - ord("A")

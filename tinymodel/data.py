@@ -58,13 +58,22 @@ def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tu
             if draw < 0.4:
                 return opener
             return rng.choice(answers()) if draw < 0.7 else rng.choice(allowed())
-        if draw < 0.65:
-            return rng.choice(candidates(history).words())
-        if draw < 0.75 and len(history) == 1 and history[0][0] == opener:
+        still = candidates(history).words()  # none left once a stand-in secret has ruled every answer out
+        if draw < 0.65 and still:
+            return rng.choice(still)
+        if draw < 0.75 and still and len(history) == 1 and history[0][0] == opener:
             return solver.next_guess(history)  # memoised after its opener; elsewhere 30 ms a state
         return rng.choice(answers()) if draw < 0.875 else rng.choice(allowed())
 
     return play_guesses(secret, rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0], choose)
+
+
+# Share of states played against a stand-in secret: an allowed word that is not an answer. Games of the
+# training secrets alone teach which feedback leads to those words: the model then answers a state of an unseen
+# secret with a training secret the feedback rules out (71-75% of its contradicting answers were, research log e69).
+# A stand-in's feedback rules answers in and out in combinations no answer's does, and the target is still every
+# answer that fits, so what pays is reading the feedback. No answer outside ``secrets`` is ever the secret.
+STAND_IN_SHARE = 0.5
 
 
 def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence[str]) -> list[dict[str, Any]]:
@@ -78,10 +87,15 @@ def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence
     and every such guess can win. Sampling then spreads over the candidates, which is what gives
     GRPO different rewards within a group to learn from.
     """
+    answer_set = set(answers())
+    stand_ins = [w for w in allowed() if w not in answer_set]
     rows = []
-    for _ in range(n_rows):
-        history = practice_history(rng.choice(secrets), rng, solver)
+    while len(rows) < n_rows:
+        secret = rng.choice(secrets) if rng.random() >= STAND_IN_SHARE else rng.choice(stand_ins)
+        history = practice_history(secret, rng, solver)
         targets = [solver.next_guess(history)] if not history else candidates(history).words()
+        if not targets:
+            continue  # a stand-in secret's feedback that no answer fits: nothing to learn
         rows.append(
             {
                 "prompt": render_prompt(history),

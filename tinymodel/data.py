@@ -1,4 +1,5 @@
-"""The embedded model's supervised rows: game states of the training secrets, and the replies it learns.
+"""The embedded model's supervised rows: game states of the training secrets and of stand-in secrets (allowed words
+that are not answers), and the replies it learns.
 
 Every reply is ``<think>.R..E</think><guess>WORD</guess>``: the solver's opener on turn 1, afterwards a
 random still-possible answer, with every candidate listed for the soft target of
@@ -77,7 +78,7 @@ STAND_IN_SHARE = 0.5
 
 
 def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence[str]) -> list[dict[str, Any]]:
-    """Prompt-completion rows: a game state of a training secret, answered with the solver's opener
+    """Prompt-completion rows: a game state of a training secret or a stand-in, answered with the solver's opener
     on turn 1 and afterwards with a *random* still-possible answer; ``candidates`` lists every
     answer the guess could have been (the opener alone on turn 1), for the soft target of :func:`tinymodel.sft.train`.
 

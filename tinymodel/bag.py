@@ -44,7 +44,7 @@ def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, t
     Every other token's rows are 0. Their sum over a prompt counts the feedback a word breaks, the same for any
     opening; the fitted rows learn that from the secrets they see, and ranked a ruled-out word first in 15% of
     four-guess validation states. With these rows beside them, 5% (research/probe_guess_bag.py --constraints; the
-    research log's e69, where a build with them is measured too)."""
+    research log, where a build with them is measured too)."""
     placed = torch.zeros(len(tokenizer), len(WORDS))
     present = torch.zeros(len(tokenizer), len(WORDS))
     letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]

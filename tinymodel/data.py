@@ -71,7 +71,7 @@ def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tu
 
 # Share of states played against a stand-in secret: an allowed word that is not an answer. Games of the
 # training secrets alone teach which feedback leads to those words: the model then answers a state of an unseen
-# secret with a training secret the feedback rules out (71-75% of its contradicting answers were, research log e69).
+# secret with a training secret the feedback rules out (71-75% of its contradicting answers were: docs/research-log.md).
 # A stand-in's feedback rules answers in and out in combinations no answer's does, and the target is still every
 # answer that fits, so what pays is reading the feedback. No answer outside ``secrets`` is ever the secret.
 STAND_IN_SHARE = 0.5

@@ -113,7 +113,7 @@ def train_secrets(part: str = "all") -> tuple[str, ...]:
     Why halves: a model fitted on games of a secret learns which feedback leads to that word, so RL on
     the same secrets rewards recall, which held-out games cannot use. On the embedded model, GRPO on
     secrets its SFT saw left held-out play flat in 26 tries; on the half it did not see, it lifted it
-    (docs/research-log.md, e27). Why "val": settings chosen on the held-out secrets would overstate the
+    (docs/research-log.md). Why "val": settings chosen on the held-out secrets would overstate the
     final figure, so they are chosen on secrets that no training sees instead (issue 21)."""
     if part not in TRAIN_PARTS:
         raise ValueError(f"unknown part of the training secrets {part!r}; valid: {', '.join(TRAIN_PARTS)}")

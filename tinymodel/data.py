@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from tinymodel.tokenizer import WORD_SET
-from wordle import Solver, allowed, answers, candidates, render_prompt
+from wordle import Solver, allowed, answers, candidates, non_answers, render_prompt
 from wordle.game import play_guesses
 
 
@@ -88,11 +88,9 @@ def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence
     and every such guess can win. Sampling then spreads over the candidates, which is what gives
     GRPO different rewards within a group to learn from.
     """
-    answer_set = set(answers())
-    stand_ins = [w for w in allowed() if w not in answer_set]
     rows = []
     while len(rows) < n_rows:
-        secret = rng.choice(secrets) if rng.random() >= STAND_IN_SHARE else rng.choice(stand_ins)
+        secret = rng.choice(secrets) if rng.random() >= STAND_IN_SHARE else rng.choice(non_answers())
         history = practice_history(secret, rng, solver)
         targets = [solver.next_guess(history)] if not history else candidates(history).words()
         if not targets:

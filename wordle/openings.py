@@ -16,14 +16,13 @@ whose opening holds its secret is over at that guess (won by the opening).
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from wordle.feedback import score_guess
 from wordle.game import History
-from wordle.words import MAX_GUESSES, allowed, answers, is_allowed, normalize_word
+from wordle.words import MAX_GUESSES, answers, is_allowed, non_answers, normalize_word
 
 DRAWN = ("answer", "allowed")
 SPELLING = "own, answer, allowed, answer:K, allowed:K or words:W1,W2,..."
@@ -89,7 +88,7 @@ class Opening:
             return tuple((w, score_guess(w, secret)) for w in words)
         if self.kind == "own":
             return ()
-        pool = answers() if self.kind == "answer" else _non_answers()
+        pool = answers() if self.kind == "answer" else non_answers()
         rng = random.Random(f"{seed}:{self.spec}:{secret}")
         words: list[str] = []
         while len(words) < self.count:
@@ -100,12 +99,6 @@ class Opening:
 
     def starts(self, secrets: Sequence[str], seed: int = 0) -> list[History]:
         return [self.start(secret, seed) for secret in secrets]
-
-
-@functools.cache
-def _non_answers() -> tuple[str, ...]:
-    answer_set = set(answers())
-    return tuple(w for w in allowed() if w not in answer_set)
 
 
 OWN = Opening()

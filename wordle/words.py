@@ -34,6 +34,13 @@ def allowed() -> tuple[str, ...]:
 
 
 @functools.cache
+def non_answers() -> tuple[str, ...]:
+    """The allowed words that are not answers, in the allowed list's order."""
+    answer_set = set(answers())
+    return tuple(w for w in allowed() if w not in answer_set)
+
+
+@functools.cache
 def allowed_index() -> dict[str, int]:
     """Row of each allowed word in the pattern matrix."""
     return {w: i for i, w in enumerate(allowed())}

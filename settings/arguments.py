@@ -92,9 +92,9 @@ class ScriptArguments:
     secrets: str = field(
         default="all",
         metadata={
-            "help": "the training secrets that built rows and game starts come from: all, or a half, sft or rl "
-            "(SFT on one half leaves the other new to RL); val, the validation secrets that "
-            "--game_eval_steps plays, is in none of them"
+            "help": "the training secrets that built rows and game starts come from: all, or a part, sft or rl "
+            "(the embedded model's SFT learnt from sft, so its profile section trains on rl); val, the "
+            "validation secrets that --game_eval_steps plays, is in none of them"
         },
     )
     explore: float = field(

@@ -35,15 +35,14 @@ def test_the_training_secrets_split_into_sft_rl_and_validation():
     assert not set(val) & (set(train_secrets()) | set(eval_secrets()))
     assert set(val) | set(train_secrets()) | set(eval_secrets()) == set(answers())
     assert (len(sft), len(rl), len(val)) == (1008, 805, 202)
-    # Pinned: the settings were chosen on these.
-    assert sft == train_secrets("sft") and val[:3] == ("ABASE", "ACORN", "ADORE")
+    assert sft == train_secrets("sft") and val[:3] == ("ABASE", "ACORN", "ADORE")  # pinned: the shipped SFT used sft
     with pytest.raises(ValueError, match="unknown part of the training secrets 'half'"):
         train_secrets("half")
 
 
 def test_built_rows_and_game_starts_come_from_the_chosen_half(tmp_path):
     resolved = resolve(["--profile", "cpu", "--output_dir", str(tmp_path)])
-    assert resolved.script.secrets == "rl"  # the embedded model's profile section
+    assert resolved.script.secrets == "rl"  # the embedded model's profile section: the half its SFT never saw
     rows = run.training_rows(resolved, run.plan(resolved))
     assert {r["secret"] for r in rows} <= set(train_secrets("rl"))
     for part in ("half", "val"):  # val chooses settings: training on it would make it a training set

@@ -106,9 +106,9 @@ def eval_secrets() -> tuple[str, ...]:
     return tuple(sorted(sorted(answers(), key=_split_rank)[:EVAL_SIZE]))
 
 
-# Parts of the training secrets, in list order: two halves, "sft" (every other one) and "rl" (the embedded
-# model's GRPO plays it), and "val" (every fifth of the other half), played by nothing but the checks that
-# choose settings; the 300 held-out secrets only report the final figure.
+# Parts of the training secrets, in list order: the embedded model's supervised start learns from "sft"
+# (every other one), its GRPO plays "rl", and "val" (every fifth of the other half) is played by nothing
+# but the checks that choose settings; the 300 held-out secrets only report the final figure.
 TRAIN_PARTS = ("all", "sft", "rl", "val")
 
 
@@ -118,9 +118,9 @@ def train_secrets(part: str = "all") -> tuple[str, ...]:
     "rl" or "val" ("sft" and "rl" together are "all"; the three are disjoint).
 
     Why halves: a model fitted on games of a secret learns which feedback leads to that word, so RL on
-    the same secrets rewards recall, which held-out games cannot use (on the embedded model, when its SFT
-    still played answers, GRPO on the half it had seen left held-out play flat in 26 tries: docs/research-log.md).
-    SFT on one half leaves the other for RL. Why "val": settings chosen on the held-out secrets would overstate the
+    the same secrets rewards recall, which held-out games cannot use. On the embedded model, GRPO on
+    secrets its SFT saw left held-out play flat in 26 tries; on the half it did not see, it lifted it
+    (docs/research-log.md). Why "val": settings chosen on the held-out secrets would overstate the
     final figure, so they are chosen on secrets that no training sees instead (issue 21)."""
     if part not in TRAIN_PARTS:
         raise ValueError(f"unknown part of the training secrets {part!r}; valid: {', '.join(TRAIN_PARTS)}")

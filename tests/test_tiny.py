@@ -19,7 +19,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, 
 import grpo_train
 import tinymodel
 import tinymodel.build
-import tinymodel.data
 from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
 from models.source import model_source
@@ -56,6 +55,7 @@ from wordle import (
     allowed,
     answers,
     candidates,
+    eval_secrets,
     history_for,
     is_consistent,
     non_answers,
@@ -266,8 +266,8 @@ def test_think_text(secret, guesses, think):
 
 def test_game_rows_answer_with_the_opener_then_a_still_possible_answer_from_any_opening():
     solver = Solver()
-    rows = game_rows(600, random.Random(0), solver)
-    assert rows == game_rows(600, random.Random(0), solver)  # deterministic
+    rows = game_rows(600, random.Random(0), solver, train_secrets())
+    assert rows == game_rows(600, random.Random(0), solver, train_secrets())  # deterministic
     turns, openers = set(), []
     for row in rows:
         history = parse_history(row["prompt"][1]["content"])
@@ -286,19 +286,15 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer_from_any_
     assert 0.3 < own < 0.5 and 0.2 < sum(o in answer_set for o in openers) / len(openers) < 0.4
 
 
-def test_game_rows_are_played_against_stand_in_secrets_only(monkeypatch):
-    # No answer is ever the secret: a model fitted on an answer's games learns which feedback leads to it.
-    secrets = []
-
-    def spy(secret, rng, solver):
-        secrets.append(secret)
-        return real(secret, rng, solver)
-
-    real = tinymodel.data.practice_history
-    monkeypatch.setattr(tinymodel.data, "practice_history", spy)
-    rows = game_rows(160, random.Random(1), Solver())
-    assert len(secrets) >= len(rows) and set(secrets) <= set(non_answers())
-    assert len(set(secrets)) > 100  # drawn, not one word
+def test_game_rows_play_half_their_games_against_stand_in_secrets_and_never_against_another_answer():
+    # One training secret: a history that rules CRANE out was played against a stand-in (an allowed word that is
+    # not an answer), and one that no stand-in fits either would mean another answer was the secret.
+    rows = game_rows(160, random.Random(1), Solver(), ("CRANE",))
+    histories = [h for h in (parse_history(r["prompt"][1]["content"]) for r in rows) if h]
+    ruled_out = [h for h in histories if "CRANE" not in candidates(h).words()]
+    assert 0.25 < len(ruled_out) / len(histories) < 0.6
+    for history in ruled_out:
+        assert candidates(history, pool=non_answers()).words(), history
     assert all(row["candidates"] for row in rows)  # a state no answer fits has nothing to learn: never a row
 
 
@@ -542,24 +538,26 @@ def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, 
     assert not set(output[0, prompt["input_ids"].shape[1] :].tolist()) & set(suppressed)
 
 
-def test_build_trains_on_stand_in_secrets_and_scores_itself_on_validation_games(tmp_path, monkeypatch):
+def test_build_trains_on_training_secrets_and_scores_itself_on_validation_games(tmp_path, monkeypatch):
     seen = {}
 
-    def spy_history(secret, rng, solver):
-        seen.setdefault("train", set()).add(secret)
-        return real_history(secret, rng, solver)
+    def spy_rows(n_rows, rng, solver, secrets):
+        seen["train"] = tuple(secrets)
+        return real_rows(n_rows, rng, solver, secrets)
 
     def spy_eval(model, tokenizer, secrets, **kwargs):
         seen["eval"] = tuple(secrets)
         return real_eval(model, tokenizer, secrets, **kwargs)
 
-    real_history, real_eval = tinymodel.data.practice_history, evaluate_model
-    monkeypatch.setattr(tinymodel.data, "practice_history", spy_history)
+    real_rows, real_eval = game_rows, evaluate_model
+    monkeypatch.setattr(tinymodel.build, "game_rows", spy_rows)
     monkeypatch.setattr(tinymodel.build, "evaluate_model", spy_eval)
     out = build(tmp_path / "ci", scale="ci", seed=1)
-    # SFT plays stand-in secrets, no answer: GRPO's secrets, validation's and the held-out ones are all new to it.
-    assert seen["train"] <= set(non_answers())
+    # SFT learns from one half of the training secrets; the profile's GRPO plays the other.
+    assert seen["train"] == train_secrets("sft")
+    assert not set(seen["train"]) & set(train_secrets("rl"))
     assert set(seen["eval"]) <= set(train_secrets("val"))  # the held-out secrets are read once, by the main job
+    assert not set(seen["train"]) & set(eval_secrets()) and not set(seen["train"]) & set(seen["eval"])
     info = json.loads((out / "build_info.json").read_text())
     assert info["eval"]["games"] == len(seen["eval"]) == SCALES["ci"].eval_games
     assert 0 <= info["eval"]["win_rate"] <= 1
@@ -638,13 +636,13 @@ def test_tiny_loads_the_shipped_model():
     assert model_dir() == MODEL_DIR and model_source("tiny") == str(MODEL_DIR)
 
 
-def test_shipped_model_is_small_and_built_from_stand_in_secrets_only():
+def test_shipped_model_is_small_and_built_from_training_secrets_only():
     size = sum(f.stat().st_size for f in MODEL_DIR.rglob("*") if f.is_file())
     assert size <= 25 * 2**20
     assert (MODEL_DIR / "model.safetensors").is_file()
     info = json.loads((MODEL_DIR / "build_info.json").read_text())
     assert info["scale"] == "full" and info["cpu_kernels"] == "AVX2"
-    assert info["train_secrets"] == "wordle.non_answers()"
+    assert info["train_secrets"] == 'wordle.train_secrets("sft")'
     assert info["eval_secrets"] == 'wordle.train_secrets("val")'
     assert info["eval"]["games"] == len(train_secrets("val")) and not info["stopped_early"]
     text = user_message(history_for("ROBIN", ["SOARE", "CRANE"]))

@@ -30,7 +30,7 @@ from tinymodel.bag import add_past_guess_heads, as_llama, fit_guess_bag, point_p
 from tinymodel.data import encode, game_rows
 from tinymodel.sft import WallClock, train
 from tinymodel.tokenizer import WORDS, build_tokenizer, past_guess_ids, prompt_only_ids, save_tokenizer
-from wordle import Solver
+from wordle import Solver, train_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -133,10 +133,9 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
 def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     """Build the tiny model into ``out_dir`` (tokenizer, model, generation config, build_info.json).
 
-    Every training row comes from game states of a stand-in secret (an allowed word that is not an answer),
-    from any opening (:func:`tinymodel.data.practice_history`), in the prompts play shows; the scores in
-    build_info.json are measured on the validation secrets (``train_secrets("val")``), never on the held-out
-    ones. ``seed``
+    Every training row comes from game states of ``wordle.train_secrets("sft")``, from any opening
+    (:func:`tinymodel.data.practice_history`), in the prompts play shows; the scores in build_info.json are
+    measured on the validation secrets (``train_secrets("val")``), never on the held-out ones. ``seed``
     draws the initial weights, the rows and their order: builds at other seeds show how much of a result is
     the recipe's.
     """
@@ -159,7 +158,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     logger.info("tiny model (%s scale): vocabulary %d", scale, len(tokenizer))
 
     # One pass over fresh rows: data is cheap here, compute is not.
-    rows = game_rows(spec.steps * spec.batch_size, rng, solver)
+    rows = game_rows(spec.steps * spec.batch_size, rng, solver, train_secrets("sft"))
     logger.info("built %d game states in %.0f s", len(rows), time.monotonic() - started)
 
     encoded = encode(tokenizer, rows)
@@ -213,7 +212,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "seed": seed,
         "parameters": n_params,
         "vocab_size": len(tokenizer),
-        "train_secrets": "wordle.non_answers()",
+        "train_secrets": 'wordle.train_secrets("sft")',
         "train_states": len(rows),
         "steps": steps,
         "max_steps": spec.steps,

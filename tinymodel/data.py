@@ -1,5 +1,5 @@
-"""The embedded model's supervised rows: game states of stand-in secrets (allowed words that are not answers), and
-the replies it learns.
+"""The embedded model's supervised rows: game states of the training secrets and of stand-in secrets (allowed words
+that are not answers), and the replies it learns.
 
 Every reply is ``<think>.R..E</think><guess>WORD</guess>``: the solver's opener on turn 1, afterwards a
 random still-possible answer, with every candidate listed for the soft target of
@@ -69,17 +69,18 @@ def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tu
     return play_guesses(secret, rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0], choose)
 
 
-def game_rows(n_rows: int, rng: random.Random, solver: Solver) -> list[dict[str, Any]]:
-    """Prompt-completion rows: a game state of a *stand-in* secret, answered with the solver's opener on turn 1
-    and afterwards with a *random* still-possible answer; ``candidates`` lists every answer the guess could
-    have been (the opener alone on turn 1), for the soft target of :func:`tinymodel.sft.train`.
+# Share of states played against a stand-in secret: an allowed word that is not an answer. Games of the
+# training secrets alone teach which feedback leads to those words: the model then answers a state of an unseen
+# secret with a training secret the feedback rules out (71-75% of its contradicting answers were: docs/research-log.md).
+# A stand-in's feedback rules answers in and out in combinations no answer's does, and the target is still every
+# answer that fits, so what pays is reading the feedback. No answer outside ``secrets`` is ever the secret.
+STAND_IN_SHARE = 0.5
 
-    A stand-in secret is an allowed word that is not an answer, so no answer is ever the secret. Games of
-    answer secrets teach which feedback leads to those words: the model then met an unseen secret's state
-    with a training secret the feedback rules out (71-75% of its contradicting answers were), and GRPO on
-    the secrets it had learnt rewarded recall (docs/research-log.md). A stand-in's feedback rules answers in
-    and out in combinations no answer's does, and the target is every answer that fits, so what pays is
-    reading the feedback.
+
+def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence[str]) -> list[dict[str, Any]]:
+    """Prompt-completion rows: a game state of a training secret or a stand-in, answered with the solver's opener
+    on turn 1 and afterwards with a *random* still-possible answer; ``candidates`` lists every
+    answer the guess could have been (the opener alone on turn 1), for the soft target of :func:`tinymodel.sft.train`.
 
     A random candidate rather than the solver's choice: the solver's later guesses (the most
     informative of 12972 words, often impossible ones) are a function this model cannot learn (it
@@ -89,10 +90,11 @@ def game_rows(n_rows: int, rng: random.Random, solver: Solver) -> list[dict[str,
     """
     rows = []
     while len(rows) < n_rows:
-        history = practice_history(rng.choice(non_answers()), rng, solver)
+        secret = rng.choice(secrets) if rng.random() >= STAND_IN_SHARE else rng.choice(non_answers())
+        history = practice_history(secret, rng, solver)
         targets = [solver.next_guess(history)] if not history else candidates(history).words()
         if not targets:
-            continue  # feedback that no answer fits: nothing to learn
+            continue  # a stand-in secret's feedback that no answer fits: nothing to learn
         rows.append(
             {
                 "prompt": render_prompt(history),

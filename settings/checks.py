@@ -231,6 +231,10 @@ def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[st
                 f"--{key} does nothing with --rollout game (each turn generates with model.generate, or vLLM): "
                 "drop it, or use --rollout turn"
             )
+    for field_ in dataclasses.fields(ScriptArguments):
+        if field_.name in ("train_rows", "explore") and getattr(script, field_.name) != field_.default:
+            # Turn mode's built rows only; a game run starts a game from every training secret of --secrets.
+            notes.append(f"--{field_.name} does nothing with --rollout game (it shapes the rows --rollout turn builds)")
     generations = train_kw["num_generations"]
     block = SLOTS * generations
     per_device = train_kw["per_device_train_batch_size"]

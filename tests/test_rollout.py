@@ -171,6 +171,22 @@ def test_dry_run_shows_games_per_step_and_raises_the_accumulation():
         resolve(["--profile", "cpu", "--rollout", "games"])
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ([], []),
+        (["--train_rows", "64"], ["--train_rows"]),
+        (["--explore", "0.5", "--train_rows", "64"], ["--explore", "--train_rows"]),
+    ],
+)
+def test_game_mode_says_which_turn_mode_flags_it_ignores(flags, said):
+    notes = resolve(["--profile", "cpu", "--rollout", "game", *flags, "--dry-run"]).notes
+    ignored = sorted(n.split()[0] for n in notes if "does nothing with --rollout game" in n)
+    assert ignored == said
+    turn = resolve(["--profile", "cpu", "--rollout", "turn", *flags, "--dry-run"]).notes
+    assert not any("does nothing with --rollout game" in n for n in turn)
+
+
 def train(out: Path, *extra: str):
     return grpo_train.train(resolve([*GAME, "--output_dir", str(out), *extra]))
 

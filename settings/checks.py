@@ -221,7 +221,8 @@ def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[st
     The rollout lays out each start state's games as ``SLOTS`` consecutive groups (turn 1's
     num_generations samples, then turn 2's, ...), so a step's samples must be a multiple of
     ``SLOTS x num_generations``. ``per_device_train_batch_size`` stays the memory knob; the gradient
-    accumulation is raised until a step holds whole games."""
+    accumulation is raised until a step holds whole games. Also refuses, or notes, the flags that game mode
+    does not use."""
     for key in ("generation_batch_size", "steps_per_generation"):
         if train_kw.get(key) is not None:
             raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")
@@ -231,10 +232,14 @@ def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[st
                 f"--{key} does nothing with --rollout game (each turn generates with model.generate, or vLLM): "
                 "drop it, or use --rollout turn"
             )
-    for field_ in dataclasses.fields(ScriptArguments):
-        if field_.name in ("train_rows", "explore") and getattr(script, field_.name) != field_.default:
-            # Turn mode's built rows only; a game run starts a game from every training secret of --secrets.
-            notes.append(f"--{field_.name} does nothing with --rollout game (it shapes the rows --rollout turn builds)")
+    if not script.dataset:
+        # They shape built rows: a game run without --dataset starts a game from every training secret instead
+        # (training.run.training_rows); with a --dataset file still to build, they shape that file's rows.
+        for field_ in dataclasses.fields(ScriptArguments):
+            if field_.name in ("train_rows", "explore") and getattr(script, field_.name) != field_.default:
+                notes.append(
+                    f"--{field_.name} does nothing with --rollout game (it shapes the rows --rollout turn builds)"
+                )
     generations = train_kw["num_generations"]
     block = SLOTS * generations
     per_device = train_kw["per_device_train_batch_size"]

@@ -183,8 +183,12 @@ def test_game_mode_says_which_turn_mode_flags_it_ignores(flags, said):
     notes = resolve(["--profile", "cpu", "--rollout", "game", *flags, "--dry-run"]).notes
     ignored = sorted(n.split()[0] for n in notes if "does nothing with --rollout game" in n)
     assert ignored == said
-    turn = resolve(["--profile", "cpu", "--rollout", "turn", *flags, "--dry-run"]).notes
-    assert not any("does nothing with --rollout game" in n for n in turn)
+    # Turn mode uses them, and so does a game run that builds its --dataset file.
+    for other in (["--rollout", "turn"], ["--rollout", "game", "--dataset", "rows.jsonl"]):
+        assert not any(
+            "does nothing with --rollout game" in n
+            for n in resolve(["--profile", "cpu", *other, *flags, "--dry-run"]).notes
+        )
 
 
 def train(out: Path, *extra: str):

@@ -117,8 +117,8 @@ def main() -> int:
     report(f"bag of the build's tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
-        past = () if args.unpointed else past_guess_ids(tokenizer)
-        wire_guess_bag(model, matrix, word_ids, train_encoded, past)  # as the build wires it (--unpointed: but that)
+        pointed = () if args.unpointed else past_guess_ids(tokenizer)
+        wire_guess_bag(model, matrix, word_ids, train_encoded, pointed)  # as the build wires it (--unpointed: but that)
         report("the bag wired into an untrained Qwen2", model_probs(model.eval(), ids, word_ids), cands, past, column)
     return 0
 

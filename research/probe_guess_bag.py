@@ -2,7 +2,7 @@
 
     python research/probe_guess_bag.py                           # the bag alone, on the build's tokens
     python research/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
-    python research/probe_guess_bag.py --constraints --wire --unpointed   # e69's bag, wired without "not W" rows
+    python research/probe_guess_bag.py --constraint_weight 400 --wire   # the constraint rows at a fixed weight
     python research/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
 The bag learns from game states of the secrets the build's SFT learns from (``train_secrets("sft")``),
@@ -75,7 +75,10 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=3e-2, help="the bag's learning rate (the build's)")
     parser.add_argument("--pooling", choices=["mean", "sum"], default="mean", help="the bag's pooling (build: mean)")
     parser.add_argument(
-        "--constraints", action="store_true", help="the fitted rows beside tinymodel.bag.constraint_rows (build: off)"
+        "--constraint_weight",
+        type=float,
+        default=0.0,
+        help="tinymodel.bag.constraint_rows beside the fitted rows, at this fixed weight (build: 0, none)",
     )
     parser.add_argument(
         "--unpointed", action="store_true", help="--wire without the past-guess rows (tinymodel.bag.point_past_guesses)"
@@ -109,7 +112,7 @@ def main() -> int:
     started = time.monotonic()
     train_encoded = encode(tokenizer, train_rows)
     matrix = fit_guess_bag(
-        train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling, args.constraints
+        train_encoded, tokenizer, args.steps, args.batch_size, args.lr, args.seed, args.pooling, args.constraint_weight
     )
     print(f"  fitted in {time.monotonic() - started:.0f} s")
     ids, cands, past = guess_states(tokenizer, eval_rows)

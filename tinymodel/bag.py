@@ -39,12 +39,12 @@ def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, t
     - *placed*: what the token says about its own column (``R(✓)₂``: not R there rules a word out; ``R(~)₂``
       and ``R(-)₂``: R there does);
     - *present*: what it says about the word (``R(~)₂``: no R rules it out; ``R(-)₂``: an R does, unless the same
-      line marks another R, which one token cannot see: hence a row and a weight of its own).
+      line marks another R, which one token cannot see).
 
     Every other token's rows are 0. Their sum over a prompt counts the feedback a word breaks, the same for any
     opening; the fitted rows learn that from the secrets they see, and ranked a ruled-out word first in 15% of
-    four-guess validation states. With these rows beside them, 5% (research/probe_guess_bag.py --constraints; the
-    research log, where a build with them is measured too)."""
+    four-guess validation states. With these rows beside them, 5% (``research/probe_guess_bag.py
+    --constraint_weight W``; the research log, where builds with them are measured too)."""
     placed = torch.zeros(len(tokenizer), len(WORDS))
     present = torch.zeros(len(tokenizer), len(WORDS))
     letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
@@ -69,7 +69,7 @@ def fit_guess_bag(
     learning_rate: float,
     seed: int,
     pooling: str = "mean",
-    constraints: bool = False,
+    constraint_weight: float = 0.0,
 ) -> torch.Tensor:
     """A softmax regression for the guessed answer: its logits are the mean, over the tokens before it,
     of one learned row per token, fitted to the soft target of :class:`tinymodel.sft.SoftTargetTrainer`.
@@ -80,6 +80,10 @@ def fit_guess_bag(
     (docs/embedded-model.md, tries). Returns the (vocabulary x answers) matrix, answers in ``WORDS`` order.
     ``pooling="sum"`` sums the rows instead, so that a constraint keeps its weight however long the prompt:
     for ``research/probe_guess_bag.py`` only, since the wiring computes a mean.
+
+    ``constraint_weight`` adds :func:`constraint_rows` beside the fitted rows, fixed: each constraint a word
+    breaks costs it that many logits (over the prompt's length, as every row), so the fitted rows rank the
+    words that fit. The build does not use them (0): the research log has what each weight measured.
 
     A past-guess token's row (``⟦W⟧``, see ``tinymodel.tokenizer.PAST_GUESSES``) is not free: it is
     ``-c`` in W's own column and 0 elsewhere, one ``c`` for all. Free rows, each seen a few dozen times,
@@ -101,20 +105,17 @@ def fit_guess_bag(
     prefixes = [row_of[torch.tensor(prefix)].tolist() for prefix in prefixes]
     guessed_in = [[(past[t], prefix.count(t)) for t in set(prefix) if t in past] for _, prefix, _ in states]
     fixed = None  # the constraint rows in the bag's own row order, placed and present interleaved
-    if constraints:
+    if constraint_weight:
         placed, present = (rows[own + [own[0]]] for rows in constraint_rows(tokenizer))  # the held row: any own row
         placed[-1], present[-1] = 0.0, 0.0
         fixed = torch.nn.EmbeddingBag.from_pretrained(torch.stack([placed, present], -1).flatten(1), mode=pooling)
+    words = len(word_ids)
     bag = torch.nn.EmbeddingBag(len(own) + 1, len(word_ids), mode=pooling)
     torch.nn.init.zeros_(bag.weight)
     bag.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([len(own)]), 0.0))
     temperature = torch.nn.Parameter(torch.tensor(10.0))
     not_guessed = torch.nn.Parameter(torch.tensor(1.0))  # c
-    breaks = torch.nn.Parameter(torch.tensor([1.0, 1.0] if constraints else [0.0, 0.0]))  # placed, present
-    optimizer = torch.optim.Adam(
-        [bag.weight, temperature, not_guessed, *([breaks] if constraints else [])], lr=learning_rate
-    )
-    words = len(word_ids)
+    optimizer = torch.optim.Adam([bag.weight, temperature, not_guessed], lr=learning_rate)
     for step in range(steps):
         batch = torch.randint(len(states), (batch_size,), generator=generator).tolist()
         flat = torch.tensor([t for i in batch for t in prefixes[i]])
@@ -123,10 +124,10 @@ def fit_guess_bag(
         for k, i in enumerate(batch):
             for j, count in guessed_in[i]:
                 guessed[k, j] = count / len(prefixes[i]) if pooling == "mean" else count
-        logits = bag(flat, offsets) - not_guessed * guessed
+        logits = temperature * (bag(flat, offsets) - not_guessed * guessed)
         if fixed is not None:
-            logits = logits - fixed(flat, offsets).view(batch_size, words, 2) @ breaks
-        logp = (temperature * logits).log_softmax(-1)
+            logits = logits - constraint_weight * fixed(flat, offsets).view(batch_size, words, 2).sum(-1)
+        logp = logits.log_softmax(-1)
         # The soft target as one (batch x answers) matrix, each row uniform over its state's candidates.
         soft = torch.zeros_like(logp)
         for k, i in enumerate(batch):
@@ -136,19 +137,19 @@ def fit_guess_bag(
         loss.backward()
         optimizer.step()
     logger.info(
-        "guess bag: %d steps, last loss %.3f, past-guess weight %.2f, constraint weights %.2f, %.2f",
+        "guess bag: %d steps, last loss %.3f, past-guess weight %.2f, temperature %.1f",
         steps,
         loss.item() if steps else float("nan"),
         not_guessed.item(),
-        *breaks.tolist(),
+        temperature.item(),
     )
-    matrix = bag.weight.detach()
-    if fixed is not None:
-        matrix = matrix - fixed.weight.view(-1, words, 2) @ breaks.detach()
-    matrix = matrix[row_of]
+    matrix = bag.weight.detach()[row_of]
     for token, j in past.items():
         matrix[token, j] = -not_guessed.item()
-    return temperature.detach() * matrix
+    matrix = temperature.detach() * matrix
+    if fixed is not None:
+        matrix = matrix - constraint_weight * fixed.weight.view(-1, words, 2).sum(-1)[row_of]
+    return matrix
 
 
 @torch.no_grad()

@@ -568,12 +568,14 @@ def test_build_trains_on_training_secrets_and_scores_itself_on_validation_games(
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2 kernels are x86's")
-def test_the_build_command_pins_the_cpu_kernels(tmp_path):
-    # AVX-512 kernels give other weights; python -m tinymodel sets AVX2's before torch loads.
-    env = {k: v for k, v in os.environ.items() if k not in tinymodel.BUILD_KERNELS}
+def test_the_build_command_pins_the_cpu_kernels_and_one_thread(tmp_path):
+    # AVX-512 kernels give other weights; python -m tinymodel sets AVX2's before torch loads. Another thread count
+    # sums in other chunks, so it builds on one whatever the environment asks for.
+    env = {k: v for k, v in os.environ.items() if k not in tinymodel.BUILD_KERNELS} | {"OMP_NUM_THREADS": "2"}
     command = [sys.executable, "-m", "tinymodel", "--scale", "ci", "--out", str(tmp_path / "ci")]
     subprocess.run(command, check=True, env=env, capture_output=True)
-    assert json.loads((tmp_path / "ci" / "build_info.json").read_text())["cpu_kernels"] == "AVX2"
+    info = json.loads((tmp_path / "ci" / "build_info.json").read_text())
+    assert (info["cpu_kernels"], info["torch_threads"]) == ("AVX2", 1)
 
 
 def test_ci_build_is_deterministic_in_its_seed(ci_model, tmp_path):

@@ -43,8 +43,9 @@ def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, t
 
     Every other token's rows are 0. Their sum over a prompt counts the feedback a word breaks, the same for any
     opening; the fitted rows learn that from the secrets they see, and ranked a ruled-out word first in 15% of
-    four-guess validation states. With these rows beside them, 5% (``research/probe_guess_bag.py
-    --constraint_weight W``; the research log, where builds with them are measured too)."""
+    four-guess validation states. With these rows beside them, 5% at learnt weights and none at a fixed 400
+    (``research/probe_guess_bag.py --constraint_weight W``; the research log, where builds with them are measured:
+    SFT did not keep what the bag read)."""
     placed = torch.zeros(len(tokenizer), len(WORDS))
     present = torch.zeros(len(tokenizer), len(WORDS))
     letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
@@ -104,7 +105,9 @@ def fit_guess_bag(
     row_of[own] = torch.arange(len(own))
     prefixes = [row_of[torch.tensor(prefix)].tolist() for prefix in prefixes]
     guessed_in = [[(past[t], prefix.count(t)) for t in set(prefix) if t in past] for _, prefix, _ in states]
-    fixed = None  # the constraint rows in the bag's own row order, placed and present interleaved
+    # The constraint rows in the bag's own row order, placed and present interleaved and summed at each step as the
+    # measured builds did (a matrix summed beforehand rounds otherwise).
+    fixed = None
     if constraint_weight:
         placed, present = (rows[own + [own[0]]] for rows in constraint_rows(tokenizer))  # the held row: any own row
         placed[-1], present[-1] = 0.0, 0.0

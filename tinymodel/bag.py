@@ -45,7 +45,7 @@ def constraint_rows(tokenizer: PreTrainedTokenizerFast) -> tuple[torch.Tensor, t
     opening; the fitted rows learn that from the secrets they see, and ranked a ruled-out word first in 15% of
     four-guess validation states. With these rows beside them, 5% at learnt weights and none at a fixed 400
     (``research/probe_guess_bag.py --constraint_weight W``; the research log, where builds with them are measured:
-    SFT did not keep what the bag read)."""
+    the wiring loses most of what the bag reads)."""
     placed = torch.zeros(len(tokenizer), len(WORDS))
     present = torch.zeros(len(tokenizer), len(WORDS))
     letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]

@@ -10,8 +10,8 @@ For every model row of an ``evaluate.py --out`` run (one per opening), over the 
   yellow (the letter missing, or in the column marked), an absent letter (played again), or a repeat of a past
   guess. A guess breaking several kinds counts in each.
 
-A guess contradicts here when it is not among the answers every earlier line still allows, as
-``wordle.candidates`` computes them. Nothing here asserts: it prints figures.
+A guess contradicts as ``evaluate.py`` counts it (``wordle.is_consistent``, through ``wordle.game.judged_guesses``).
+Nothing here asserts: it prints figures.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 import sys
 
 from tinymodel.data import think_text
-from wordle import candidates
+from wordle import is_consistent
 from wordle.feedback import score_guess
 
 MARKS = {"G": "green", "Y": "yellow", "B": "absent"}
@@ -56,7 +56,7 @@ def main(paths: list[str]) -> int:
                         think = re.search(r"<think>(.*?)</think>", turn["reply"])
                         right = bool(think) and think.group(1) == think_text(history)
                         guesses[right] += 1
-                        if turn["guess"] not in set(candidates(history).words()):
+                        if not is_consistent(turn["guess"], history):
                             contradicting[right] += 1
                             kinds.update(broken(history, turn["guess"]))
                     history.append((turn["guess"], turn["pattern"]))

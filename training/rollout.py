@@ -329,7 +329,7 @@ def game_rates(games: Sequence[Game], prefix: str = "game") -> dict[str, float]:
 def lone_turn_share(games: Sequence[Game], generations: int) -> float:
     """The share of turns after the first that are the only live game of their start state's slot:
     each such turn is its own group's mean, so it has advantage 0 and teaches nothing. (3.6% over the
-    main job's steps: pooling a slot's baseline over the step's start states did not help; research log, e53.)"""
+    main job's steps; pooling a slot's baseline over the step's start states did not help, docs/research-log.md.)"""
     lone = later = 0
     for first in range(0, len(games), generations):
         lengths = [len(game.turns) for game in games[first : first + generations]]

@@ -10,8 +10,9 @@ For every model row of an ``evaluate.py --out`` run (one per opening), over the 
   yellow (the letter missing, or in the column marked), an absent letter (played again), or a repeat of a past
   guess. A guess breaking several kinds counts in each.
 
-A guess contradicts as ``evaluate.py`` counts it (``wordle.is_consistent``, through ``wordle.game.judged_guesses``).
-Nothing here asserts: it prints figures.
+Games are read back as ``wordle.game.Game`` and a guess contradicts as ``evaluate.py`` counts it: against the
+history shown before it (``Game.histories``, invalid turns skipped), by ``wordle.is_consistent``. Nothing here
+asserts: it prints figures.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import collections
 import json
 import re
 import sys
+from collections.abc import Sequence
 
 from tinymodel.data import think_text
 from wordle import is_consistent
 from wordle.feedback import score_guess
+from wordle.game import Game
 
 MARKS = {"G": "green", "Y": "yellow", "B": "absent"}
 
 
-def broken(history: list[tuple[str, str]], guess: str) -> set[str]:
+def broken(history: Sequence[tuple[str, str]], guess: str) -> set[str]:
     """The kinds of feedback ``guess`` breaks: per earlier line, the marks it would have scored otherwise."""
     kinds = set()
     for past, pattern in history:
@@ -47,19 +50,17 @@ def main(paths: list[str]) -> int:
         for player in players:
             guesses, contradicting = collections.Counter(), collections.Counter()
             kinds = collections.Counter()
-            for game in player["games"]:
-                history = [tuple(line) for line in game.get("start") or []]
-                for turn in game["turns"]:
-                    if turn["status"] != "valid":
-                        break
-                    if history:
-                        think = re.search(r"<think>(.*?)</think>", turn["reply"])
-                        right = bool(think) and think.group(1) == think_text(history)
-                        guesses[right] += 1
-                        if not is_consistent(turn["guess"], history):
-                            contradicting[right] += 1
-                            kinds.update(broken(history, turn["guess"]))
-                    history.append((turn["guess"], turn["pattern"]))
+            for data in player["games"]:
+                game = Game.from_dict(data)
+                for turn, history in zip(game.turns, game.histories(), strict=True):
+                    if turn.status != "valid" or not history:
+                        continue
+                    think = re.search(r"<think>(.*?)</think>", turn.reply)
+                    right = bool(think) and think.group(1) == think_text(history)
+                    guesses[right] += 1
+                    if not is_consistent(turn.guess, history):
+                        contradicting[right] += 1
+                        kinds.update(broken(history, turn.guess))
             n, bad = sum(guesses.values()), sum(contradicting.values())
             right, wrong = (100 * contradicting[r] / max(1, guesses[r]) for r in (True, False))
             print(

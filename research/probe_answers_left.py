@@ -19,7 +19,8 @@ import collections
 import json
 from pathlib import Path
 
-from wordle import answers, candidates, train_secrets
+from wordle import answers, candidates, is_consistent, train_secrets
+from wordle.game import Game
 
 BUCKETS = ("1", "2-3", "4-10", ">10")
 
@@ -38,20 +39,19 @@ def main() -> None:
             if player["kind"] == "baseline":
                 continue
             seen, bad, repeats, bad_answers, bad_sft = collections.Counter(), collections.Counter(), 0, 0, 0
-            for game in player["games"]:
-                history = [(guess, pattern) for guess, pattern in game.get("start", [])]  # the given opening
-                for turn in game["turns"]:
-                    if turn["status"] != "valid":
+            for data in player["games"]:
+                game = Game.from_dict(data)  # its start is the given opening
+                for turn, history in zip(game.turns, game.histories(), strict=True):
+                    if turn.status != "valid" or not history:
                         continue
-                    if history:
-                        left = candidates(history).words()
-                        seen[bucket(len(left))] += 1
-                        bad[bucket(len(left))] += turn["guess"] not in left
-                        repeats += turn["guess"] in [guess for guess, _ in history]
-                        if turn["guess"] not in left and turn["guess"] in words:
-                            bad_answers += 1
-                            bad_sft += turn["guess"] in sft
-                    history.append((turn["guess"], turn["pattern"]))
+                    where = bucket(len(candidates(history).words()))
+                    contradicts = not is_consistent(turn.guess, history)
+                    seen[where] += 1
+                    bad[where] += contradicts
+                    repeats += turn.guess in [guess for guess, _ in history]
+                    if contradicts and turn.guess in words:
+                        bad_answers += 1
+                        bad_sft += turn.guess in sft
             total = sum(seen.values())
             if not total:  # every reply failed the format: no guess was made with feedback in view
                 print(f"  {player['label']}, {player['opening']:<9} no valid guess with feedback in view")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
 
 import datasets
 import torch
@@ -84,7 +83,7 @@ def fit_guess_bag(
 
     ``constraint_weight`` adds :func:`constraint_rows` beside the fitted rows, fixed: each constraint a word
     breaks costs it that many logits (over the prompt's length, as every row), so the fitted rows rank the
-    words that fit. The build does not use them (0): the research log has what each weight measured.
+    words that fit. The build fits with them at 400 (tinymodel.build.Scale.constraint_weight; research log, e73).
 
     A past-guess token's row (``⟦W⟧``, see ``tinymodel.tokenizer.PAST_GUESSES``) is not free: it is
     ``-c`` in W's own column and 0 elsewhere, one ``c`` for all. Free rows, each seen a few dozen times,
@@ -161,7 +160,6 @@ def wire_guess_bag(
     matrix: torch.Tensor,
     word_ids: list[int],
     encoded: datasets.Dataset,
-    past_ids: Sequence[int] = (),
 ) -> None:
     """Make layer 0 compute the bag's mean before any training, so that SFT starts from a model that
     already composes feedback lines (measured on an earlier bag: the untrained wired model's top answer
@@ -174,7 +172,6 @@ def wire_guess_bag(
       values and output projections the identity;
     - later layers and every MLP start at a tenth of their output scale, close to the identity, so
       they add the reply's format without drowning the wired path;
-    - a past-guess token (``past_ids``, in ``word_ids``' order) says "not W" (see :func:`point_past_guesses`);
     - the final norm is scaled so that the answers' logits have the bag's spread (least squares on
       256 training states).
     """
@@ -194,7 +191,6 @@ def wire_guess_bag(
     rows[word_ids] = 0
     rows[word_ids, :rank] = words * row_norm / words.norm(dim=1).mean()
     embeddings.copy_(rows)
-    point_past_guesses(model, word_ids, past_ids)
     for i, layer in enumerate(model.model.layers):
         attention = layer.self_attn
         if i == 0:
@@ -214,24 +210,6 @@ def wire_guess_bag(
         bag_logits.append(b - b.mean())
     z, b = torch.cat(model_logits), torch.cat(bag_logits)
     model.model.norm.weight.mul_(float((z * b).sum() / (z * z).sum()))
-
-
-@torch.no_grad()
-def point_past_guesses(model: Qwen2ForCausalLM, word_ids: Sequence[int], past_ids: Sequence[int]) -> None:
-    """Set each past-guess token's row (``past_ids``, in ``word_ids``' order) to minus its answer's row
-    less the answers' mean row: with tied embeddings that row is the answer's output vector, so the token
-    says "not W" in the direction that lowers W against the other answers. Centred, because the mean is
-    what every answer shares: uncentred rows lowered all answers against the reply's tags, and under GRPO
-    late replies wrote ``<guess><guess>`` (validation format failures up to 21%; research log).
-
-    The bag's own row for it (-c in one of 2315 columns) does not survive an SVD of rank 255, and SFT
-    moves the answers' vectors away from a row set before it, so the build calls this twice: when it
-    wires the bag, and again after SFT (validation wins 52.5% with the rows SFT left, 62.4% re-pointed).
-    """
-    if len(past_ids):
-        embeddings = model.get_input_embeddings().weight
-        answers = embeddings[list(word_ids)]
-        embeddings[list(past_ids)] = answers.mean(0) - answers
 
 
 # --- heads of their own for the past-guess tokens (docs/research-log.md) -------------------------------------------

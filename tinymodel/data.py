@@ -1,13 +1,14 @@
 """The embedded model's supervised rows: game states of the training secrets and of stand-in secrets (allowed words
 that are not answers), and the replies it learns.
 
-Every reply is ``<think>.R..E</think><guess>WORD</guess>``: the solver's opener on turn 1, afterwards a
+Every reply is ``<think>.R..E</think><guess>WORD</guess>``: the opener (:func:`opener`) on turn 1, afterwards a
 random still-possible answer, with every candidate listed for the soft target of
 :class:`tinymodel.sft.SoftTargetTrainer`.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from tinymodel.tokenizer import WORD_SET
-from wordle import Solver, allowed, answers, candidates, non_answers, render_prompt
+from wordle import Solver, allowed, answers, candidates, information, non_answers, render_prompt
 from wordle.game import play_guesses
 
 
@@ -44,26 +45,34 @@ def reply_text(history: Sequence[tuple[str, str]], guess: str) -> str:
 TURN_WEIGHTS = (0.08, 0.32, 0.30, 0.18, 0.08, 0.04)
 
 
+@functools.cache
+def opener() -> str:
+    """The model's first guess: the answer of most expected information over all the answers (RAISE, 5.878 bits).
+
+    Why an answer: every answer is one token, which the model cannot misspell. The solver's SOARE (5.886 bits) is
+    no answer, so it was spelled a letter at a time, and one build seed of two misspelled it on every game.
+    """
+    return max(answers(), key=lambda word: information(word, candidates())[0])
+
+
 def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tuple[str, str]]:
-    """A history the model will meet, from any opening: the solver's opener (its own) in 40% of histories, a
+    """A history the model will meet, from any opening: the model's own opener in 40% of histories, a
     random answer or a random allowed word in 30% each, so that it learns to read a feedback line in general
     and not the 243 lines of one opener; then mostly still-possible answers (its own kind of play), with
     solver, random-answer and random-word guesses mixed in so that it also reads states it would not have
     made. Stops before a guess that would win."""
 
-    opener = solver.next_guess(())
-
     def choose(history: list[tuple[str, str]]) -> str:
         draw = rng.random()
         if not history:
             if draw < 0.4:
-                return opener
+                return opener()
             return rng.choice(answers()) if draw < 0.7 else rng.choice(allowed())
         still = candidates(history).words()  # none left once a stand-in secret has ruled every answer out
         if draw < 0.65 and still:
             return rng.choice(still)
-        if draw < 0.75 and still and len(history) == 1 and history[0][0] == opener:
-            return solver.next_guess(history)  # memoised after its opener; elsewhere 30 ms a state
+        if draw < 0.75 and still and len(history) == 1 and history[0][0] == opener():
+            return solver.next_guess(history)  # memoised after the opener; elsewhere 30 ms a state
         return rng.choice(answers()) if draw < 0.875 else rng.choice(allowed())
 
     return play_guesses(secret, rng.choices(range(len(TURN_WEIGHTS)), TURN_WEIGHTS)[0], choose)
@@ -78,7 +87,7 @@ STAND_IN_SHARE = 0.5
 
 
 def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence[str]) -> list[dict[str, Any]]:
-    """Prompt-completion rows: a game state of a training secret or a stand-in, answered with the solver's opener
+    """Prompt-completion rows: a game state of a training secret or a stand-in, answered with :func:`opener`
     on turn 1 and afterwards with a *random* still-possible answer; ``candidates`` lists every
     answer the guess could have been (the opener alone on turn 1), for the soft target of :func:`tinymodel.sft.train`.
 
@@ -92,7 +101,7 @@ def game_rows(n_rows: int, rng: random.Random, solver: Solver, secrets: Sequence
     while len(rows) < n_rows:
         secret = rng.choice(secrets) if rng.random() >= STAND_IN_SHARE else rng.choice(non_answers())
         history = practice_history(secret, rng, solver)
-        targets = [solver.next_guess(history)] if not history else candidates(history).words()
+        targets = [opener()] if not history else candidates(history).words()
         if not targets:
             continue  # a stand-in secret's feedback that no answer fits: nothing to learn
         rows.append(

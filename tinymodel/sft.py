@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 
 import datasets
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments
 
 from tinymodel.data import collate
@@ -59,6 +61,45 @@ class SoftTargetTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
 
+def slowed_optimizer(
+    model: PreTrainedModel,
+    learning_rate: float,
+    slow_prefixes: Sequence[str],
+    slow_rows: Sequence[int],
+    rate: float,
+) -> torch.optim.AdamW:
+    """AdamW (weight decay 0.01 on matrices) whose parameters named ``slow_prefixes…`` and embedding rows ``slow_rows``
+    take ``rate`` times the step of the rest.
+
+    A parameter group gives the layers their rate; a row of the tied embedding cannot have a group of its own, so a
+    step hook keeps ``rate`` of what the step moved those rows by. Why: the wired guess bag (layer 0's mean over
+    the prompt) reads the feedback from any opening, and SFT at the full rate undoes it (research log, e69 and
+    e73); the reply's own tokens (tags, eos, think letters) and the later layers learn the format at the full rate.
+    """
+    named = [(name.startswith(tuple(slow_prefixes)), p) for name, p in model.named_parameters()]
+    groups = [
+        {"params": params, "lr": learning_rate * (rate if is_slow else 1.0), "weight_decay": 0.01 if matrix else 0.0}
+        for is_slow in (True, False)
+        for matrix in (True, False)
+        if (params := [p for slow, p in named if slow == is_slow and (p.ndim >= 2) == matrix])
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-8)
+    embeddings = model.get_input_embeddings().weight
+    rows = torch.tensor(sorted(set(slow_rows)), dtype=torch.long)
+    before: list[torch.Tensor] = []
+
+    def keep(opt, args, kwargs):
+        before[:] = [embeddings.data[rows].clone()]
+
+    def slow_down(opt, args, kwargs):
+        embeddings.data[rows] = before[0] + rate * (embeddings.data[rows] - before[0])
+
+    if len(rows) and rate != 1.0:
+        optimizer.register_step_pre_hook(keep)
+        optimizer.register_step_post_hook(slow_down)
+    return optimizer
+
+
 def train(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
@@ -70,10 +111,11 @@ def train(
     clock: WallClock,
     scratch: str,
     stop_after: int,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> tuple[int, float]:
     """Supervised training on the replies (see :class:`SoftTargetTrainer`) on a ``steps``-long schedule,
-    stopped after ``stop_after`` steps (``steps`` runs it to its end); returns the steps taken and the mean
-    training loss."""
+    stopped after ``stop_after`` steps (``steps`` runs it to its end), with ``optimizer`` if given (see
+    :func:`slowed_optimizer`; the Trainer's AdamW otherwise); returns the steps taken and the mean training loss."""
     config = TrainingArguments(
         output_dir=scratch,
         max_steps=steps,
@@ -96,6 +138,7 @@ def train(
     trainer = SoftTargetTrainer(
         model=model,
         args=config,
+        optimizers=(optimizer, None),
         train_dataset=encoded,
         data_collator=functools.partial(collate, pad_id=tokenizer.pad_token_id),
         callbacks=[clock, StopAfter(stop_after)],

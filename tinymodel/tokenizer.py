@@ -50,16 +50,16 @@ PIECES = (
 )
 # Every answer is also one token when it is guessed: the model picks a word in one step, as a choice
 # among answers, and cannot misspell it. Its embedding starts as the guess bag's vector for it
-# (tinymodel.bag.wire_guess_bag), and past guesses reach the prompt as marked letters. Other allowed words (the
-# SOARE opener among them) are spelled a letter at a time.
+# (tinymodel.bag.wire_guess_bag), and past guesses reach the prompt as marked letters. Other allowed words (SOARE,
+# say) are spelled a letter at a time; the model's replies only ever guess answers (tinymodel.data.opener).
 WORDS = answers()
 WORD_SET = frozenset(WORDS)
 # A past guess that is an answer is one token of its own, "⟦ABODE⟧", which a normalizer puts in place of its
 # spelled letters (its marked letters stay).
 # Why: a constraint row says "words with D lose", but nothing made of letter rows says "not ABODE itself";
 # the near miss that breaks one grey letter then outscores the one answer left, and three repeated guesses
-# in four came in such end games. The token's row can say it (tinymodel.bag.point_past_guesses): it halves
-# the start's repeats on the validation secrets.
+# in four came in such end games. The token's row can say it (-c in W's own column of the bag,
+# tinymodel.bag.fit_guess_bag), and layer 0's past-guess heads read those tokens alone (tinymodel.bag.add_past_guess_heads).
 PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
 # A past guess's spelled letters are dropped from the prompt (its marked letters spell it again). Why: layer 0's
 # guess is a mean over the prompt's tokens, and five tokens a line that say nothing the marked letters do not

@@ -33,9 +33,10 @@ from tinymodel.bag import (
     guess_states,
     wire_guess_bag,
 )
-from tinymodel.build import SCALES, build, build_model
+from tinymodel.build import SCALES, WIRED_LAYERS, build, build_model
 from tinymodel.build import main as tiny_main
-from tinymodel.data import encode, game_rows, reply_text, think_text
+from tinymodel.data import encode, game_rows, opener, reply_text, think_text
+from tinymodel.sft import slowed_optimizer
 from tinymodel.tokenizer import (
     CHARACTERS,
     CHAT_TEMPLATE,
@@ -278,12 +279,13 @@ def test_game_rows_answer_with_the_opener_then_a_still_possible_answer_from_any_
         if history:
             assert guess in candidates(history).words(), (history, guess)
         else:
-            assert guess == solver.next_guess(())
+            assert guess == opener() == "RAISE"  # the answer of most opening information: one token
+            assert TOKENIZER.tokenize(row["completion"][0]["content"])[-2:] == ["RAISE", "</guess>"]
     assert turns == set(range(6))
     # Its own opener in 40% of histories, a random answer or allowed word in the rest.
-    own = openers.count(solver.next_guess(())) / len(openers)
+    own = openers.count(opener()) / len(openers)
     answer_set = set(answers())
-    assert 0.3 < own < 0.5 and 0.2 < sum(o in answer_set for o in openers) / len(openers) < 0.4
+    assert 0.3 < own < 0.5 and 0.2 < sum(o in answer_set - {opener()} for o in openers) / len(openers) < 0.4
 
 
 def test_game_rows_play_half_their_games_against_stand_in_secrets_and_never_against_another_answer():
@@ -413,38 +415,55 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
         wire_guess_bag(build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
 
 
-def test_wiring_makes_a_past_guess_token_say_not_this_word():
+@pytest.mark.parametrize("rate", [0.3, 0.1])
+def test_slowed_optimizer_moves_the_wired_path_at_its_share_of_every_step(rate):
+    # Two copies of a model, one step each on the same loss: the slowed layers and embedding rows move ``rate`` times
+    # what full-rate AdamW moves them, every other weight exactly as far.
     spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
-    model = build_model(TOKENIZER, spec, seed=0)
-    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
-    word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
-    matrix = fit_guess_bag(encoded, TOKENIZER, steps=20, batch_size=8, learning_rate=1e-2, seed=0)
-    wire_guess_bag(model, matrix, word_ids, encoded, past_ids)
-    rows = model.get_input_embeddings().weight.detach()
-    answers = rows[word_ids]
-    assert torch.equal(rows[past_ids], answers.mean(0) - answers)  # minus the answer's output vector (tied), centred
-    # In a prompt, ⟦W⟧ lowers the model's top answer W by more than it lowers the answers on average.
-    with torch.no_grad():
-        for _, prefix, _ in guess_states(encoded)[:10]:
-            before = model(torch.tensor([prefix])).logits[0, -1, word_ids]
-            top = int(before.argmax())
-            marked = [prefix[0], past_ids[top], *prefix[1:]]
-            change = model(torch.tensor([marked])).logits[0, -1, word_ids] - before
-            assert change[top] < change.mean() - 3 * change.std()
+    full, slowed = build_model(TOKENIZER, spec, seed=0), build_model(TOKENIZER, spec, seed=0)
+    rows = TOKENIZER.convert_tokens_to_ids(list(WORDS[:50]))
+    ids = torch.tensor([TOKENIZER.convert_tokens_to_ids(["<think>", *WORDS[:20], "</think>", *WORDS[20:50]])])
+    matrices, vectors = ([p for p in full.parameters() if (p.ndim >= 2) == matrix] for matrix in (True, False))
+    moved = {}
+    for name, model, optimizer in (
+        (
+            "full",
+            full,
+            torch.optim.AdamW(
+                [{"params": matrices, "weight_decay": 0.01}, {"params": vectors, "weight_decay": 0.0}], lr=1e-3
+            ),
+        ),
+        ("slowed", slowed, slowed_optimizer(slowed, 1e-3, WIRED_LAYERS, rows, rate)),
+    ):
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+        moved[name] = {n: p.detach() - before[n] for n, p in model.named_parameters()}
+    wired = [n for n in moved["full"] if n.startswith(WIRED_LAYERS)]
+    assert len(wired) == 4  # layer 0's value and output projections (their biases) and its input norm
+    for n, step in moved["full"].items():
+        if n == "model.embed_tokens.weight":
+            others = torch.ones(len(TOKENIZER), dtype=torch.bool)
+            others[rows] = False
+            assert torch.allclose(moved["slowed"][n][rows], rate * step[rows], rtol=1e-3, atol=1e-7)
+            assert torch.allclose(moved["slowed"][n][others], step[others], rtol=1e-3, atol=1e-7)
+            assert step[rows].abs().max() > 1e-5  # the rows did move
+        else:
+            assert torch.allclose(moved["slowed"][n], (rate if n in wired else 1.0) * step, rtol=1e-3, atol=1e-7), n
 
 
-def test_past_guess_heads_look_at_the_past_guess_tokens_and_save_as_the_same_llama():
-    # The full scale's width (a narrower bag's directions are too blurred to test), one layer.
+def test_past_guess_heads_keep_the_mean_and_save_as_the_same_llama():
+    # The full scale's width, one layer. Without "not W" rows a past guess's token has the bag's own row, which the
+    # heads' least-squares key hardly tells apart (a built model's heads put 0.2% of their attention on past guesses:
+    # research log, e75), so this pins only what the graft guarantees.
     spec = dataclasses.replace(SCALES["ci"], hidden_size=256, num_heads=8, num_kv_heads=8)
     model = build_model(TOKENIZER, spec, seed=0)
     encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
-    word_ids, past_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS)), past_guess_ids(TOKENIZER)
-    wire_guess_bag(model, fit_guess_bag(encoded, TOKENIZER, 20, 8, 1e-2, 0), word_ids, encoded, past_ids)
-    history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "TIMID"])  # SOARE is no answer: no token
+    word_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS))
+    wire_guess_bag(model, fit_guess_bag(encoded, TOKENIZER, 20, 8, 1e-2, 0), word_ids, encoded)
+    history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "TIMID"])
     text = TOKENIZER.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
     ids = TOKENIZER(text + "<think>.....</think><guess>", add_special_tokens=False, return_tensors="pt")["input_ids"]
-    is_past = torch.isin(ids[0], torch.tensor(past_ids))
-    assert int(is_past.sum()) == 3
     with torch.no_grad():
         wired = model(ids).logits
         silent = add_past_guess_heads(model, TOKENIZER, 8, strength=0.0)  # the added heads, their output 0
@@ -453,23 +472,13 @@ def test_past_guess_heads_look_at_the_past_guess_tokens_and_save_as_the_same_lla
         wide = add_past_guess_heads(model, TOKENIZER, 8, strength=0.01)
         wide.set_attn_implementation("eager")
         attention = wide(ids, output_attentions=True).attentions[0][0, :, -1]  # layer 0 at <guess>: heads x keys
-        # The mean's heads still average every token; the added ones look at the past-guess tokens, each of them
-        # weighted over four times any other token (and over ten times the others' mean). (On prompts without
-        # the past guesses' spelling, fitted on 40 states: 0.16 against at most 0.036 and 0.011 on average.)
-        assert torch.allclose(attention[:8], torch.full_like(attention[:8], 1 / ids.shape[1]))
-        assert (attention[8:, is_past].min(-1).values > 4 * attention[8:, ~is_past].max(-1).values).all()
-        assert (attention[8:, is_past].min(-1).values > 10 * attention[8:, ~is_past].mean(-1)).all()
-        # So each past guess loses against the other answers: "not W", at a strength of its own.
-        change = (wide(ids).logits - wired)[0, -1, word_ids]
-        lowered = torch.stack([(change[WORDS.index(w)] - change.mean()) / change.std() for w in history_words(history)])
-        assert (lowered < -1).all(), lowered
+        uniform = torch.full_like(attention[:8], 1 / ids.shape[1])
+        assert torch.allclose(attention[:8], uniform)  # the mean's heads still average every token
+        assert not torch.allclose(attention[8:], uniform, atol=1e-3)  # the added ones have queries and keys
+        assert not torch.allclose(wide(ids).logits, wired, atol=1e-5)  # and an output
         llama = as_llama(wide)  # vLLM's Llama honours head_dim; its Qwen2 does not
         assert isinstance(llama, LlamaForCausalLM) and llama.config.head_dim == 32
         assert torch.allclose(llama(ids).logits, wide(ids).logits, atol=1e-5)
-
-
-def history_words(history):
-    return [guess for guess, _ in history if guess in WORDS]
 
 
 # --- a ci-scale build -----------------------------------------------------------------------------
@@ -501,16 +510,12 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
     assert result.metrics["games"] == 4 and all(len(game.turns) >= 1 for game in result.games)
 
 
-def test_build_points_the_past_guess_rows_at_the_trained_answers(ci_model):
+def test_build_saves_past_guess_tokens_that_prompts_use_and_replies_never_do(ci_model):
     info = json.loads((ci_model / "build_info.json").read_text())
     assert info["vocab_size"] == len(TOKENIZER)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(ci_model), AutoTokenizer.from_pretrained(ci_model)
     # The saved tokenizer gives a past answer its token in place of its letters, as SFT read it.
     assert tokenizer.tokenize("CRANE: C(-)")[:2] == ["⟦CRANE⟧", ": "]
-    # SFT moved the answers' vectors; the build pointed the past-guess rows at them again afterwards.
-    rows = model.get_input_embeddings().weight.detach()
-    answers = rows[tokenizer.convert_tokens_to_ids(list(WORDS))]
-    assert torch.allclose(rows[past_guess_ids(tokenizer)], answers.mean(0) - answers)
     assert set(past_guess_ids(tokenizer)) <= set(model.generation_config.suppress_tokens)
 
 

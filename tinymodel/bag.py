@@ -283,9 +283,10 @@ def key_query_directions(
 def set_past_guess_heads(
     model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, channel: range, sharpness: float = 15.0
 ) -> None:
-    """Point the ``channel`` heads of layer 0 at the past-guess tokens: at ``<guess>`` they weight the prompt's
-    ``⟦W⟧`` tokens over five times any other token (but the least-squares directions are faint: 21% of their
-    attention on three past answers in a full-scale build; research log). Query and key sit in each head's
+    """Point the ``channel`` heads of layer 0 at the past-guess tokens, by least squares on layer 0's rows. The
+    directions are faint: with the "not W" rows of earlier recipes 21% of their attention went to three past answers
+    before SFT and 4-9% after; with the bag's own rows (the build now) 0.2% after SFT (research log, e61 and e75), so
+    they are in effect 8 more heads of layer 0 that SFT trains. Query and key sit in each head's
     slowest rotary pair, whose rotation over the 512-token context stays under 0.1 radian, so the score does not
     depend on position."""
     key, key_bias, query = key_query_directions(model, tokenizer)
@@ -309,10 +310,10 @@ def add_past_guess_heads(
     """``model`` (wired) with ``added`` heads appended to every layer, those of layer 0 a channel of their own
     for the past-guess tokens (:func:`set_past_guess_heads`); zero elsewhere, so layers 1-3 compute as before.
 
-    In layer 0 every other head averages the whole prompt, so a past guess's ``⟦W⟧`` ("not W") is one token of
-    some 100 late in a game: a stronger row does nothing (the input RMSNorm divides it out) and a second copy
-    takes its share from every letter constraint (research log). The channel is meant to average the ``⟦W⟧`` tokens
-    alone, as strong at turn 6 as at turn 2 (it does so only faintly: :func:`set_past_guess_heads`). Its values are
+    In layer 0 every other head averages the whole prompt, so a past guess's ``⟦W⟧`` is one token of some 100 late in
+    a game: a stronger row does nothing (the input RMSNorm divides it out) and a second copy takes its share from
+    every letter constraint (research log). The channel is meant to average the ``⟦W⟧`` tokens alone, as strong at
+    turn 6 as at turn 2 (it hardly does: :func:`set_past_guess_heads`). Its values are
     layer 0's own and its output ``strength`` times layer 0's. The attention is then wider than the hidden size
     (head_dim kept), which vLLM's Qwen2 cannot load: save it with :func:`as_llama`.
     """

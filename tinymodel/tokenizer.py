@@ -58,8 +58,9 @@ WORD_SET = frozenset(WORDS)
 # spelled letters (its marked letters stay).
 # Why: a constraint row says "words with D lose", but nothing made of letter rows says "not ABODE itself";
 # the near miss that breaks one grey letter then outscores the one answer left, and three repeated guesses
-# in four came in such end games. The token's row can say it (-c in W's own column of the bag,
-# tinymodel.bag.fit_guess_bag), and layer 0's past-guess heads read those tokens alone (tinymodel.bag.add_past_guess_heads).
+# in four came in such end games. The token's row can say it: -c in W's own column of the bag
+# (tinymodel.bag.fit_guess_bag), kept in part by the wiring's SVD; and a repeat breaks its own feedback, which the
+# bag's constraint rows price (validation repeats 0.4-2.9% at the start, research log e75).
 PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
 # A past guess's spelled letters are dropped from the prompt (its marked letters spell it again). Why: layer 0's
 # guess is a mean over the prompt's tokens, and five tokens a line that say nothing the marked letters do not

@@ -82,8 +82,8 @@ SCALES: dict[str, Scale] = {
         bag_batch_size=256,  # 64 at 1e-2 left it underfit: 63% of two-guess states answered consistently
         bag_learning_rate=3e-2,
         # A ruled-out word first in 15% of four-guess validation states with learnt rows alone, none with these
-        # (research log, e73); SFT kept what the bag reads only on the slowed path (e74): 0.1 failed the format
-        # at one build seed of two, 0.3 did not (e75).
+        # (research log, e73); SFT kept what the bag reads only on the slowed path (e74). At 0.1 one build seed of two
+        # failed the format on every reply; at 0.3, with an answer for the opener, 0.0-2.4% of replies at both (e75).
         constraint_weight=400.0,
         wired_rate=0.3,
         hidden_size=256,

@@ -2,7 +2,7 @@
 
     python research/probe_guess_bag.py                           # the bag alone, on the build's tokens
     python research/probe_guess_bag.py --wire                    # + wired into an untrained Qwen2
-    python research/probe_guess_bag.py --constraint_weight 400 --wire   # the constraint rows at a fixed weight
+    python research/probe_guess_bag.py --constraint_weight 0 --wire     # without the constraint rows
     python research/probe_guess_bag.py --steps 0 --model tinymodel/model   # probe a model only
 
 The bag learns from game states of the secrets the build's SFT learns from (``train_secrets("sft")``),
@@ -34,7 +34,7 @@ from tinymodel.bag import fit_guess_bag, wire_guess_bag
 from tinymodel.bag import guess_states as bag_states
 from tinymodel.build import SCALES, build_model
 from tinymodel.data import encode, game_rows
-from tinymodel.tokenizer import WORDS, build_tokenizer, past_guess_ids
+from tinymodel.tokenizer import WORDS, build_tokenizer
 from wordle import Solver, parse_history, train_secrets
 
 
@@ -77,11 +77,8 @@ def main() -> int:
     parser.add_argument(
         "--constraint_weight",
         type=float,
-        default=0.0,
-        help="tinymodel.bag.constraint_rows beside the fitted rows, at this fixed weight (build: 0, none)",
-    )
-    parser.add_argument(
-        "--unpointed", action="store_true", help="--wire without the past-guess rows (tinymodel.bag.point_past_guesses)"
+        default=SCALES["full"].constraint_weight,
+        help="tinymodel.bag.constraint_rows beside the fitted rows, at this fixed weight (default: the build's, %(default)s)",
     )
     parser.add_argument("--wire", action="store_true", help="also wire the bag into an untrained Qwen2 and probe it")
     parser.add_argument("--model", help="also probe this model directory (its own tokenizer)")
@@ -120,8 +117,7 @@ def main() -> int:
     report(f"bag of the build's tokens ({args.pooling})", [z.softmax(-1) for z in logits], cands, past, column)
     if args.wire:
         model = build_model(tokenizer, SCALES["full"], seed=args.seed)
-        pointed = () if args.unpointed else past_guess_ids(tokenizer)
-        wire_guess_bag(model, matrix, word_ids, train_encoded, pointed)  # as the build wires it (--unpointed: but that)
+        wire_guess_bag(model, matrix, word_ids, train_encoded)  # as the build wires it
         report("the bag wired into an untrained Qwen2", model_probs(model.eval(), ids, word_ids), cands, past, column)
     return 0
 

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from tinymodel.tokenizer import WORD_SET
-from wordle import Solver, allowed, answers, candidates, information, non_answers, render_prompt
+from wordle import Solver, allowed, answers, candidates, information_many, non_answers, render_prompt
 from wordle.game import play_guesses
 
 
@@ -52,7 +52,7 @@ def opener() -> str:
     Why an answer: every answer is one token, which the model cannot misspell. The solver's SOARE (5.886 bits) is
     no answer, so it was spelled a letter at a time, and one build seed of two misspelled it on every game.
     """
-    return max(answers(), key=lambda word: information(word, candidates())[0])
+    return answers()[int(information_many(answers(), candidates()).argmax())]
 
 
 def practice_history(secret: str, rng: random.Random, solver: Solver) -> list[tuple[str, str]]:

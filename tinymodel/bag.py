@@ -165,9 +165,12 @@ def wire_guess_bag(
     already composes feedback lines (measured on an earlier bag: the untrained wired model's top answer
     fits every line in 93% of one-guess states and 67% of two-guess ones; research/probe_guess_bag.py).
 
-    - embeddings: an SVD of ``matrix`` (rank hidden - 1) gives each token a row and each answer an
-      output vector; the last coordinate is slack that gives every token row the same norm, so
-      layer 0's RMSNorm scales them all alike instead of reweighting them;
+    - embeddings: an SVD of ``matrix`` (rank hidden - hidden/8) gives each token a row and each answer an
+      output vector; the last hidden/8 coordinates are slack that gives every token row the same norm, so
+      layer 0's RMSNorm scales them all alike instead of reweighting them. Each token's slack points its own
+      random way: a row the bag hardly uses (eos, the reply's tags and letters) is mostly slack, and one shared
+      slack direction started them all as one vector, which SFT never pulled far apart (cosine 0.8-0.9 after it);
+      eos then took the mass of a doubtful think letter and broke the reply;
     - layer 0: queries and keys zero (uniform attention over the prefix, so its output is the mean),
       values and output projections the identity;
     - later layers and every MLP start at a tenth of their output scale, close to the identity, so
@@ -179,13 +182,14 @@ def wire_guess_bag(
     if config.num_key_value_heads != config.num_attention_heads:
         raise ValueError("wiring the guess bag needs one key/value head per attention head")
     d = config.hidden_size
-    rank = d - 1
+    rank = d - max(1, d // 8)
     embeddings = model.get_input_embeddings().weight
     row_norm = float(embeddings.std()) * d**0.5  # the init's typical row norm
     u, s, vh = torch.linalg.svd(matrix, full_matrices=False)
     rows = torch.zeros_like(embeddings)
     rows[:, :rank] = u[:, :rank] * s[:rank].sqrt()
-    rows[:, rank] = (rows.norm(dim=1).max() ** 2 * 1.0201 - rows.pow(2).sum(1)).sqrt()
+    slack = torch.nn.functional.normalize(embeddings[:, rank:], dim=1)  # the init's own random directions
+    rows[:, rank:] = slack * (rows.norm(dim=1).max() ** 2 * 1.0201 - rows.pow(2).sum(1)).sqrt().unsqueeze(1)
     words = vh[:rank].T * s[:rank].sqrt()
     rows *= row_norm / rows.norm(dim=1).max()
     rows[word_ids] = 0

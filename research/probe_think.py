@@ -1,0 +1,87 @@
+"""How well a model writes its think, and how close its think comes to breaking the reply's format: teacher-forced
+on the right reply, on validation states from a random answer opening, by number of past guesses.
+
+    python research/probe_think.py tinymodel/model [--adapter outputs/cpu] [--states 600]
+
+Per state, the right reply is ``tinymodel.data.reply_text`` (its think: the letters placed so far). ``think right``:
+the model's most likely token is the right one at each of the think's five positions, given the right characters
+before it. ``structure mass``: the probability at those positions of eos and the reply's tags, which end or break
+the reply there (mean over states, the largest, and how many states put more than 0.3 on them at some position).
+``by first letter``: the structure mass at the first position when the think opens with a placed letter, for the
+letters where it is largest (one letter of one build took 9% on average, 98% at worst). Prints figures, never
+asserts; validation secrets only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tinymodel.data import reply_text
+from wordle import answers, candidates, render_prompt, train_secrets
+from wordle.game import play_guesses
+
+STRUCTURE = ("<|end|>", "<think>", "</think>", "<guess>", "</guess>")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
+    parser.add_argument("--adapter", help="a LoRA adapter directory to apply (grpo_train.py's output_dir)")
+    parser.add_argument("--states", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    if args.adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.adapter)
+    model.eval()
+    structure = tokenizer.convert_tokens_to_ids(list(STRUCTURE))
+    rng = random.Random(args.seed)
+
+    def choose(history: list[tuple[str, str]]) -> str:
+        still = candidates(history).words() if history else []
+        return rng.choice(still) if still and rng.random() < 0.7 else rng.choice(answers())
+
+    by_past = collections.defaultdict(lambda: {"states": 0, "right": 0, "mass": 0.0, "max": 0.0, "over": 0})
+    by_letter = collections.defaultdict(list)
+    for _ in range(args.states):
+        history = play_guesses(rng.choice(train_secrets("val")), rng.randint(1, 5), choose)
+        if not history or history[-1][1] == "GGGGG":
+            continue
+        secret_reply = reply_text(history, rng.choice(candidates(history).words() or answers()))
+        prompt = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        r_ids = tokenizer(secret_reply, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([p_ids + r_ids])).logits[0]
+        probs = logits[len(p_ids) : len(p_ids) + 5].softmax(-1)  # predicting the think's five characters
+        mass = probs[:, structure].sum(-1)
+        s = by_past[len(history)]
+        s["states"] += 1
+        s["right"] += all(int(probs[k].argmax()) == r_ids[k + 1] for k in range(5))
+        s["mass"] += float(mass.mean())
+        s["max"] = max(s["max"], float(mass.max()))
+        s["over"] += float(mass.max()) > 0.3
+        first = secret_reply[len("<think>")]
+        if first != ".":
+            by_letter[first].append(float(mass[0]))
+    for past in sorted(by_past):
+        s = by_past[past]
+        print(
+            f"{past} past: {s['states']} states, think right {100 * s['right'] / s['states']:.0f}%, "
+            f"structure mass mean {s['mass'] / s['states']:.4f}, max {s['max']:.3f}, states over 0.3: {s['over']}"
+        )
+    worst = sorted(by_letter.items(), key=lambda kv: -sum(kv[1]) / len(kv[1]))[:5]
+    print("by first letter:", ", ".join(f"{k} {sum(v) / len(v):.3f} (max {max(v):.2f}, {len(v)})" for k, v in worst))
+
+
+if __name__ == "__main__":
+    main()

@@ -8,8 +8,10 @@ the model's most likely token is the right one at each of the think's five posit
 before it. ``structure mass``: the probability at those positions of eos and the reply's tags, which end or break
 the reply there (mean over states, the largest, and how many states put more than 0.3 on them at some position).
 ``by first letter``: the structure mass at the first position when the think opens with a placed letter, for the
-letters where it is largest (one letter of one build took 9% on average, 98% at worst). Prints figures, never
-asserts; validation secrets only.
+letters where it is largest (one letter of one build took 9% on average, 98% at worst). ``reply tokens``: the mean
+pairwise cosine of the embedding rows of eos, the tags and the think's characters, and of eos against the letters
+(0.8 when the wiring started them as one vector; research log, e78). Prints figures, never asserts; validation
+secrets only.
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ def main() -> None:
             f"{past} past: {s['states']} states, think right {100 * s['right'] / s['states']:.0f}%, "
             f"structure mass mean {s['mass'] / s['states']:.4f}, max {s['max']:.3f}, states over 0.3: {s['over']}"
         )
+    reply = tokenizer.convert_tokens_to_ids([*STRUCTURE, *"ABCDEFGHIJKLMNOPQRSTUVWXYZ."])
+    rows = torch.nn.functional.normalize(model.get_input_embeddings().weight.detach()[reply], dim=1)
+    cosine = rows @ rows.T
+    pairs = cosine[~torch.eye(len(reply), dtype=torch.bool)]
+    letters = cosine[0, len(STRUCTURE) :]
+    print(
+        f"reply tokens: mean pairwise cosine {pairs.mean():.3f}; eos against the letters {letters.mean():.3f}, at most {letters.max():.3f}"
+    )
     worst = sorted(by_letter.items(), key=lambda kv: -sum(kv[1]) / len(kv[1]))[:5]
     print("by first letter:", ", ".join(f"{k} {sum(v) / len(v):.3f} (max {max(v):.2f}, {len(v)})" for k, v in worst))
 

@@ -415,6 +415,26 @@ def test_wiring_makes_layer_zero_compute_the_guess_bag():
         wire_guess_bag(build_model(TOKENIZER, dataclasses.replace(spec, num_kv_heads=1), 0), matrix, word_ids, encoded)
 
 
+def test_wiring_starts_the_rows_the_bag_does_not_use_apart_and_all_rows_at_one_norm():
+    # Tokens whose bag row is zero (here: the reply's tags, eos and think letters) are all slack. One shared slack
+    # direction made them one vector, and SFT left them at cosine 0.8-0.9: eos then took a doubtful letter's mass.
+    spec = dataclasses.replace(SCALES["ci"], hidden_size=64, num_heads=2, num_kv_heads=2)
+    model = build_model(TOKENIZER, spec, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(16, len(WORDS), generator=generator)
+    reply = TOKENIZER.convert_tokens_to_ids(["<|end|>", "<think>", "</think>", "<guess>", "</guess>", *"ABCDE."])
+    matrix[reply] = 0.0
+    encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
+    word_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS))
+    wire_guess_bag(model, matrix, word_ids, encoded)
+    rows = model.get_input_embeddings().weight.detach()
+    cosine = torch.nn.functional.normalize(rows[reply], dim=1) @ torch.nn.functional.normalize(rows[reply], dim=1).T
+    assert cosine[~torch.eye(len(reply), dtype=torch.bool)].abs().max() < 0.9  # 1.0 with one slack direction
+    others = [t for t in range(len(TOKENIZER)) if t not in {*word_ids, TOKENIZER.pad_token_id}]  # pad: masked
+    norms = rows[others].norm(dim=1)
+    assert torch.allclose(norms, norms[0].expand_as(norms), rtol=1e-4)  # layer 0's RMSNorm scales every row alike
+
+
 @pytest.mark.parametrize("rate", [0.3, 0.1])
 def test_slowed_optimizer_moves_the_wired_path_at_its_share_of_every_step(rate):
     # Two copies of a model, one step each on the same loss: the slowed layers and embedding rows move ``rate`` times

@@ -188,7 +188,8 @@ def wire_guess_bag(
     u, s, vh = torch.linalg.svd(matrix, full_matrices=False)
     rows = torch.zeros_like(embeddings)
     rows[:, :rank] = u[:, :rank] * s[:rank].sqrt()
-    slack = torch.nn.functional.normalize(embeddings[:, rank:], dim=1)  # the init's own random directions
+    # The init's own random directions (the padding row is zero there, so it stays without slack: never attended to).
+    slack = torch.nn.functional.normalize(embeddings[:, rank:], dim=1)
     rows[:, rank:] = slack * (rows.norm(dim=1).max() ** 2 * 1.0201 - rows.pow(2).sum(1)).sqrt().unsqueeze(1)
     words = vh[:rank].T * s[:rank].sqrt()
     rows *= row_norm / rows.norm(dim=1).max()

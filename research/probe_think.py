@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import string
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -58,10 +59,10 @@ def main() -> None:
         history = play_guesses(rng.choice(train_secrets("val")), rng.randint(1, 5), choose)
         if not history or history[-1][1] == "GGGGG":
             continue
-        secret_reply = reply_text(history, rng.choice(candidates(history).words() or answers()))
+        right_reply = reply_text(history, rng.choice(candidates(history).words() or answers()))
         prompt = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        r_ids = tokenizer(secret_reply, add_special_tokens=False)["input_ids"]
+        r_ids = tokenizer(right_reply, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             logits = model(torch.tensor([p_ids + r_ids])).logits[0]
         probs = logits[len(p_ids) : len(p_ids) + 5].softmax(-1)  # predicting the think's five characters
@@ -72,7 +73,7 @@ def main() -> None:
         s["mass"] += float(mass.mean())
         s["max"] = max(s["max"], float(mass.max()))
         s["over"] += float(mass.max()) > 0.3
-        first = secret_reply[len("<think>")]
+        first = right_reply[len("<think>")]
         if first != ".":
             by_letter[first].append(float(mass[0]))
     for past in sorted(by_past):
@@ -81,7 +82,7 @@ def main() -> None:
             f"{past} past: {s['states']} states, think right {100 * s['right'] / s['states']:.0f}%, "
             f"structure mass mean {s['mass'] / s['states']:.4f}, max {s['max']:.3f}, states over 0.3: {s['over']}"
         )
-    reply = tokenizer.convert_tokens_to_ids([*STRUCTURE, *"ABCDEFGHIJKLMNOPQRSTUVWXYZ."])
+    reply = tokenizer.convert_tokens_to_ids([*STRUCTURE, *string.ascii_uppercase, "."])
     rows = torch.nn.functional.normalize(model.get_input_embeddings().weight.detach()[reply], dim=1)
     cosine = rows @ rows.T
     pairs = cosine[~torch.eye(len(reply), dtype=torch.bool)]

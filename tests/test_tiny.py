@@ -428,7 +428,8 @@ def test_wiring_starts_the_rows_the_bag_does_not_use_apart_and_all_rows_at_one_n
     word_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS))
     wire_guess_bag(model, matrix, word_ids, encoded)
     rows = model.get_input_embeddings().weight.detach()
-    cosine = torch.nn.functional.normalize(rows[reply], dim=1) @ torch.nn.functional.normalize(rows[reply], dim=1).T
+    unit = torch.nn.functional.normalize(rows[reply], dim=1)
+    cosine = unit @ unit.T
     assert cosine[~torch.eye(len(reply), dtype=torch.bool)].abs().max() < 0.9  # 1.0 with one slack direction
     others = [t for t in range(len(TOKENIZER)) if t not in {*word_ids, TOKENIZER.pad_token_id}]  # pad: masked
     norms = rows[others].norm(dim=1)

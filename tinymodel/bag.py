@@ -83,7 +83,7 @@ def fit_guess_bag(
 
     ``constraint_weight`` adds :func:`constraint_rows` beside the fitted rows, fixed: each constraint a word
     breaks costs it that many logits (over the prompt's length, as every row), so the fitted rows rank the
-    words that fit. The build fits with them at 400 (tinymodel.build.Scale.constraint_weight; research log, e73).
+    words that fit. The build fits with them at 400 (tinymodel.build.Scale.constraint_weight; docs/research-log.md).
 
     A past-guess token's row (``⟦W⟧``, see ``tinymodel.tokenizer.PAST_GUESSES``) is not free: it is
     ``-c`` in W's own column and 0 elsewhere, one ``c`` for all. Free rows, each seen a few dozen times,
@@ -290,7 +290,7 @@ def set_past_guess_heads(
 ) -> None:
     """Point the ``channel`` heads of layer 0 at the past-guess tokens, by least squares on layer 0's rows. The
     directions are faint: with the "not W" rows of earlier recipes 21% of their attention went to three past answers
-    before SFT and 4-9% after; with the bag's own rows (the build now) 0.2% after SFT (research log, e61 and e75), so
+    before SFT and 4-9% after; with the bag's own rows (the build now) 0.2% after SFT (docs/research-log.md), so
     they are in effect 8 more heads of layer 0 that SFT trains. Query and key sit in each head's
     slowest rotary pair, whose rotation over the 512-token context stays under 0.1 radian, so the score does not
     depend on position."""

@@ -119,11 +119,11 @@ def test_letters_marks_answers_and_tags_are_whole_tokens():
     assert TOKENIZER.tokenize("CRANE: C(-)") == ["⟦CRANE⟧", ": ", "C(-)"]  # a past guess: its own token
     assert TOKENIZER.tokenize("<think>.R..E</think><guess>CRANE</guess>") == [
         "<think>",
-        ".",
-        "R",
-        ".",
-        ".",
-        "E",
+        ".₁",
+        "R₂",
+        ".₃",
+        ".₄",
+        "E₅",
         "</think>",
         "<guess>",
         "CRANE",
@@ -142,6 +142,32 @@ def test_column_tags_mark_each_letter_of_a_feedback_line_with_its_column():
     # Only whole lines of five marks after "WORD: " are tagged: a fragment or a sixth mark is not a guess's feedback.
     for text in ("S(-) O(~) A(✓) R(-) E(-)", "SOARES: S(-) O(~) A(✓) R(-) E(-) S(-)", "SOA: S(-) O(~) A(✓)"):
         assert not any(tag in token for token in TOKENIZER.tokenize(text) for tag in COLUMN_TAGS), text
+
+
+# (reply text, the think's tokens): a think of exactly five letters or dots between the tags is tagged column by
+# column, as the feedback's marks are; any other think is spelled as it was. Every one decodes to itself.
+THINK_CASES = [
+    ("<think>DECO.</think>", ["D₁", "E₂", "C₃", "O₄", ".₅"]),
+    ("<think>.....</think>", [".₁", ".₂", ".₃", ".₄", ".₅"]),
+    ("<think>.R..</think>", [".", "R", ".", "."]),  # four: no column is certain
+    ("<think>.R..EE</think>", [".", "R", ".", ".", "E", "E"]),  # six
+    ("<think>.r..E</think>", [".", "r", ".", ".", "E"]),  # lower case is no placed letter
+    ("<think>.R. E</think>", [".", "R", ".", " ", "E"]),
+]
+
+
+@pytest.mark.parametrize(("text", "think"), THINK_CASES)
+def test_think_characters_are_tagged_with_their_column_only_in_a_five_character_think(text, think):
+    tokens = TOKENIZER.tokenize(text)
+    assert tokens == ["<think>", *think, "</think>"]
+    assert round_trips(TOKENIZER, text)
+
+
+def test_think_tags_need_the_think_tags_around_them():
+    assert TOKENIZER.tokenize("DECO.") == list("DECO.")  # outside a think: plain characters
+    assert TOKENIZER.tokenize("<think>DECO.") == ["<think>", *"DECO."]  # never closed
+    tokens = TOKENIZER.tokenize("<think>DECO.</think><guess>DECOR</guess><think>A....</think>")
+    assert tokens.count("D₁") == 1 and tokens.count("A₁") == 1  # each think on its own
 
 
 # (history line, its tokens up to the first marked letter, how it decodes): a past answer's spelling gives way to its

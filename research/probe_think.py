@@ -9,7 +9,7 @@ before it. ``structure mass``: the probability at those positions of eos and the
 the reply there (mean over states, the largest, and how many states put more than 0.3 on them at some position).
 ``by first letter``: the structure mass at the first position when the think opens with a placed letter, for the
 letters where it is largest (one letter of one build took 9% on average, 98% at worst). ``reply tokens``: the mean
-pairwise cosine of the embedding rows of eos, the tags and the think's characters, and of eos against the letters
+pairwise cosine of the embedding rows of eos, the tags and the think's tokens met, and of eos against the letters
 (0.8 when the wiring started them as one vector; research log, e78). Prints figures, never asserts; validation
 secrets only.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import random
-import string
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -55,6 +54,7 @@ def main() -> None:
 
     by_past = collections.defaultdict(lambda: {"states": 0, "right": 0, "mass": 0.0, "max": 0.0, "over": 0})
     by_letter = collections.defaultdict(list)
+    think_ids = set()  # the think's tokens as this tokenizer writes them (tagged with their column, or plain)
     for _ in range(args.states):
         history = play_guesses(rng.choice(train_secrets("val")), rng.randint(1, 5), choose)
         if not history or history[-1][1] == "GGGGG":
@@ -67,6 +67,7 @@ def main() -> None:
             logits = model(torch.tensor([p_ids + r_ids])).logits[0]
         probs = logits[len(p_ids) : len(p_ids) + 5].softmax(-1)  # predicting the think's five characters
         mass = probs[:, structure].sum(-1)
+        think_ids.update(r_ids[1:6])
         s = by_past[len(history)]
         s["states"] += 1
         s["right"] += all(int(probs[k].argmax()) == r_ids[k + 1] for k in range(5))
@@ -82,7 +83,7 @@ def main() -> None:
             f"{past} past: {s['states']} states, think right {100 * s['right'] / s['states']:.0f}%, "
             f"structure mass mean {s['mass'] / s['states']:.4f}, max {s['max']:.3f}, states over 0.3: {s['over']}"
         )
-    reply = tokenizer.convert_tokens_to_ids([*STRUCTURE, *string.ascii_uppercase, "."])
+    reply = [*structure, *sorted(think_ids)]
     rows = torch.nn.functional.normalize(model.get_input_embeddings().weight.detach()[reply], dim=1)
     cosine = rows @ rows.T
     pairs = cosine[~torch.eye(len(reply), dtype=torch.bool)]

@@ -42,6 +42,7 @@ from tinymodel.tokenizer import (
     CHAT_TEMPLATE,
     COLUMN_TAGS,
     TAGGED_LETTERS,
+    THINK_LETTERS,
     UNSPELLED,
     WORD_SET,
     WORDS,
@@ -448,7 +449,8 @@ def test_wiring_starts_the_rows_the_bag_does_not_use_apart_and_all_rows_at_one_n
     model = build_model(TOKENIZER, spec, seed=0)
     generator = torch.Generator().manual_seed(0)
     matrix = torch.randn(len(TOKENIZER), 16, generator=generator) @ torch.randn(16, len(WORDS), generator=generator)
-    reply = TOKENIZER.convert_tokens_to_ids(["<|end|>", "<think>", "</think>", "<guess>", "</guess>", *"ABCDE."])
+    structure = ["<|end|>", "<think>", "</think>", "<guess>", "</guess>"]
+    reply = TOKENIZER.convert_tokens_to_ids([*structure, *THINK_LETTERS[:6]])
     matrix[reply] = 0.0
     encoded = encode(TOKENIZER, game_rows(40, random.Random(0), Solver(), train_secrets()))
     word_ids = TOKENIZER.convert_tokens_to_ids(list(WORDS))

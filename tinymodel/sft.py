@@ -73,8 +73,8 @@ def slowed_optimizer(
 
     A parameter group gives the layers their rate; a row of the tied embedding cannot have a group of its own, so a
     step hook keeps ``rate`` of what the step moved those rows by. Why: the wired guess bag (layer 0's mean over
-    the prompt) reads the feedback from any opening, and SFT at the full rate undoes it
-    (docs/research-log.md); the reply's own tokens (tags, eos, think letters) and the later layers learn the format at the full rate.
+    the prompt) reads the feedback from any opening, and SFT at the full rate undoes it (docs/research-log.md); the
+    reply's own tokens (tags, eos, think letters) and the later layers learn the format at the full rate.
     """
     named = [(name.startswith(tuple(slow_prefixes)), p) for name, p in model.named_parameters()]
     groups = [

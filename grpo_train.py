@@ -32,6 +32,7 @@ from rich.logging import RichHandler
 from trl import GRPOConfig, get_peft_config
 
 from evaluation.report import markdown_tables
+from evaluation.vllm_backend import allowed_token_ids
 from models.loading import find_tokenizer, folds_system, load_model, load_tokenizer
 from models.memory import preflight
 from models.source import model_source
@@ -209,15 +210,25 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     return trainer
 
 
+def generation_mask(generation_config, tokenizer, use_vllm: bool) -> dict:
+    """The generation kwargs that keep TRL from sampling what the model's generation config suppresses.
+
+    TRL builds its sampling settings from ``generation_kwargs`` alone, and both evaluation backends honour the
+    model's own list (evaluation.play.ModelPlayer, evaluation.vllm_backend.VLLMPlayer): training samples as it
+    will be judged. vLLM's SamplingParams take the same mask as an allow list."""
+    suppress = getattr(generation_config, "suppress_tokens", None)
+    if not suppress:
+        return {}
+    if use_vllm:
+        return {"allowed_token_ids": allowed_token_ids(generation_config, tokenizer)}
+    return {"suppress_tokens": list(suppress)}
+
+
 def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.Dataset) -> WordleGRPOTrainer:
     """TRL's GRPOTrainer with the project's rollout (game mode), periodic validation games and callbacks."""
     script = resolved.script
-    suppress = getattr(model.generation_config, "suppress_tokens", None)
-    if suppress and not resolved.training.use_vllm:
-        # TRL builds its generation config from generation_kwargs alone, and the evaluation honours the
-        # model's own list (evaluation.play.ModelPlayer): training samples as it will be judged.
-        kwargs = resolved.training.generation_kwargs or {}
-        resolved.training.generation_kwargs = {"suppress_tokens": list(suppress), **kwargs}
+    if mask := generation_mask(model.generation_config, tokenizer, resolved.training.use_vllm):
+        resolved.training.generation_kwargs = {**mask, **(resolved.training.generation_kwargs or {})}
     n_check = script.game_eval_games
     check = GameCheck(spread(train_secrets("val"), n_check), resolved.decoding, resolved.training.seed)
     return WordleGRPOTrainer(

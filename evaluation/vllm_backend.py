@@ -170,6 +170,14 @@ def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
 
 
+def allowed_token_ids(generation_config: Any, tokenizer: Any) -> list[int] | None:
+    """vLLM has no suppress list: the allow list that is the same mask as the model's ``suppress_tokens`` (the
+    embedded model suppresses the tokens only prompts use, and transformers' generate honours that), or None
+    when it suppresses nothing. For evaluation's requests and for TRL's sampling in training alike."""
+    suppressed = set(getattr(generation_config, "suppress_tokens", None) or ())
+    return [i for i in range(len(tokenizer)) if i not in suppressed] if suppressed else None
+
+
 class VLLMPlayer:
     """A ``wordle.game`` player generating with vLLM; see the module docstring."""
 
@@ -180,10 +188,7 @@ class VLLMPlayer:
         self.decoding = decoding.replace(max_new_tokens=limit)
         self.name = name or "model (vLLM)"
         self.eos = eos_token_ids(config, tokenizer)
-        suppressed = set(getattr(config, "suppress_tokens", None) or ())
-        # vLLM has no suppress list; its allow list is the same mask (the embedded model suppresses
-        # the tokens only prompts use, and the HF backend honours that).
-        self.allowed_ids = [i for i in range(len(tokenizer)) if i not in suppressed] if suppressed else None
+        self.allowed_ids = allowed_token_ids(config, tokenizer)
         if decoding.constrain is not None:  # before any game, as ModelPlayer: the reply must fit
             GuessConstraint(tokenizer, self.eos).check_budget(limit)
         self.allowed_regex = guess_regex() if decoding.constrain == "allowed" else None

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen2Tokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaForCausalLM, Qwen2Tokenizer
 
 import grpo_train
 import tinymodel
@@ -590,6 +590,10 @@ def test_prompt_only_tokens_are_suppressed_in_training_and_evaluation(ci_model, 
     rows = datasets.Dataset.from_list([make_row(s, []) for s in train_secrets("rl")[:8]])
     trainer = grpo_train.make_trainer(resolved, model, tokenizer, rows)
     assert trainer.generation_config.suppress_tokens == suppressed  # TRL samples as the evaluation judges
+    # With vLLM, the same mask as its allow list (vLLM's training run: tests/test_vllm.py).
+    allowed = grpo_train.generation_mask(model.generation_config, tokenizer, use_vllm=True)["allowed_token_ids"]
+    assert sorted([*allowed, *suppressed]) == list(range(len(tokenizer)))
+    assert grpo_train.generation_mask(GenerationConfig(), tokenizer, use_vllm=True) == {}
     # A random model's greedy reply, five tokens long, holds none of them.
     prompt = tokenizer.apply_chat_template(render_prompt([]), add_generation_prompt=True, return_tensors="pt")
     output = model.generate(**prompt, do_sample=False, min_new_tokens=5, max_new_tokens=5)

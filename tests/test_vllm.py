@@ -74,11 +74,12 @@ def as_vllm(merged: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
 
 class Watch:
     """Wraps TRL's colocated ``generate`` (called right after TRL's weight sync): compares vLLM's weights
-    with the merged policy's, and keeps every reply."""
+    with the merged policy's, and keeps every reply and the token ids sampled."""
 
     def __init__(self, monkeypatch) -> None:
         self.checks: list[tuple[int, float, bool]] = []  # (step, largest difference, LoRA already trained)
         self.replies: list[str] = []
+        self.tokens: set[int] = set()  # every token id vLLM sampled
         self.trainer = None
         real = vllm_generation.VLLMGeneration.generate
         watch = self
@@ -87,6 +88,7 @@ class Watch:
             watch.check(generation)
             out = real(generation, *args, **kwargs)
             watch.replies += watch.trainer.processing_class.batch_decode(out[1], skip_special_tokens=True)
+            watch.tokens.update(t for ids in out[1] for t in ids)
             return out
 
         monkeypatch.setattr(vllm_generation.VLLMGeneration, "generate", generate)
@@ -149,6 +151,17 @@ def test_colocated_vllm_generates_with_the_trained_weights(rollout, constrain, t
         words = set(allowed())
         bad = [r for r in watch.replies if (parse_completion(r) or "").upper() not in words]
         assert not bad, f"{len(bad)} of {len(watch.replies)} constrained replies are not an allowed guess: {bad[:3]}"
+
+
+def test_colocated_vllm_never_samples_what_the_model_suppresses(tmp_path, monkeypatch, environ):
+    # At temperature 5 the embedded model's draws spread over the whole vocabulary, three in five of whose tokens
+    # only prompts use: unmasked, a few dozen replies hold some of them. Masked, none, as in transformers' generate.
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    watch = Watch(monkeypatch)
+    colocate(tmp_path, "--temperature", "5.0", "--max_steps", "1")
+    suppressed = set(watch.trainer.model.generation_config.suppress_tokens)
+    assert len(watch.replies) >= 8 and len(watch.tokens) >= 20, (len(watch.replies), len(watch.tokens))
+    assert not watch.tokens & suppressed, sorted(watch.tokens & suppressed)[:10]
 
 
 # Each process of a torchrun launch: the training above, watched, its checks written where the test reads them.

@@ -1,0 +1,100 @@
+"""Where a model's greedy replies break the format: greedy games on the training secrets that GRPO plays (``rl``)
+from several openings, the share of replies that fail, and at each failing state the model's top tokens step by
+step along its greedy reply (what took the place of the right token). Optionally writes those states as game-mode
+start rows for ``grpo_train.py --dataset`` (the trap replay of the research log, e80).
+
+    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10]
+    python research/probe_format.py tinymodel/model --seeds 0 1 2 --rows traps.jsonl --copies 3 --row_seed 42
+
+``--rows`` writes game mode's default start states (``training.data.game_starts`` of the rl secrets, share 0.5,
+``--row_seed``: what the main job with that seed plays) followed by each distinct failing state ``--copies`` times.
+A failing state is the game's state before its first reply that broke the format; greedy play then repeats that
+reply to the game's end, so one such state counts as several failed replies. Prints figures, never asserts; the
+training secrets only (no validation or held-out secret is played).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from evaluation.play import ModelPlayer
+from training.data import game_starts, make_row, save_rows
+from wordle import render_prompt, train_secrets
+from wordle.game import play
+from wordle.openings import Opening
+
+OPENINGS = ("own", "answer", "allowed", "answer:2")
+
+
+def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:
+    """The greedy reply from ``history``, one line per token: the ``k`` most likely tokens (with the model's
+    suppressed tokens masked, as generation masks them) and the share of all answers' tokens together."""
+    suppressed = list(model.generation_config.suppress_tokens or [])
+    vocab = tokenizer.get_vocab()
+    answer_ids = [i for t, i in vocab.items() if len(t) == 5 and t.isalpha() and t.isupper()]
+    text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    lines = []
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(ids).logits[0, -1]
+            logits[suppressed] = float("-inf")
+            p = logits.softmax(-1)
+            top = p.topk(k)
+            cells = " ".join(f"{tokenizer.convert_ids_to_tokens(int(i))} {v:.2f}" for v, i in zip(top.values, top.indices))
+            lines.append(f"{cells} | answers {p[answer_ids].sum():.2f}")
+            ids = torch.cat([ids, top.indices[:1].view(1, 1)], 1)
+            if int(top.indices[0]) == tokenizer.eos_token_id:
+                break
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
+    parser.add_argument("--adapter", help="a LoRA adapter directory to apply (grpo_train.py's output_dir)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="opening seeds (own plays alike in each)")
+    parser.add_argument("--show", type=int, default=10, help="failing states to print token by token")
+    parser.add_argument("--rows", help="write game-mode start rows (.jsonl) with the failing states")
+    parser.add_argument("--copies", type=int, default=3)
+    parser.add_argument("--row_seed", type=int, default=42)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    if args.adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.adapter)
+    model.eval()
+    player, secrets = ModelPlayer(model, tokenizer), train_secrets("rl")
+    traps: dict[tuple, tuple] = {}  # (secret, guesses) -> (opening, the failing reply)
+    for seed in args.seeds:
+        for spec in OPENINGS:
+            games = play(player, secrets, Opening.parse(spec).starts(secrets, seed))
+            turns = [t for g in games for t in g.turns]
+            failed = [t for t in turns if t.status == "format"]
+            print(f"seed {seed}, {spec}: {len(failed)} of {len(turns)} replies broke the format "
+                  f"({100 * len(failed) / max(1, len(turns)):.2f}%)")
+            for g in games:
+                first = next((i for i, t in enumerate(g.turns) if t.status == "format"), None)
+                if first is not None:
+                    history = (*g.start, *((t.guess, t.pattern) for t in g.turns[:first] if t.pattern))
+                    traps.setdefault((g.secret, history), (spec, g.turns[first].reply))
+    print(f"{len(traps)} distinct failing states")
+    for (secret, history), (spec, reply) in list(traps.items())[: args.show]:
+        print(f"\n{secret} ({spec}) after {' '.join(w for w, _ in history) or 'no guess'}: {reply[:60]!r}")
+        print("\n".join(top_tokens(model, tokenizer, history)))
+    if args.rows:
+        rows = game_starts(secrets, 0.5, args.row_seed)
+        rows += [make_row(secret, history) for secret, history in traps] * args.copies
+        save_rows(rows, Path(args.rows))
+        print(f"\nwrote {len(rows)} start rows to {args.rows}")
+
+
+if __name__ == "__main__":
+    main()

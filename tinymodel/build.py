@@ -97,7 +97,7 @@ SCALES: dict[str, Scale] = {
         # started at 50.5% (docs/research-log.md). It also keeps the wider model within 30 minutes.
         past_guess_sft_steps=672,
         eval_games=300,
-        max_seconds=2400.0,  # a guard against a slow or busy machine only: alone, a build takes about 22 minutes
+        max_seconds=2400.0,  # a guard against a slow or busy machine only: alone, a build takes about 28 minutes
     ),
     "ci": Scale(
         steps=6,

@@ -19,9 +19,9 @@ import argparse
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evaluation.play import ModelPlayer
+from models.loading import load_for_inference
 from training.data import game_starts, make_row, save_rows
 from wordle import render_prompt, train_secrets
 from wordle.game import play
@@ -45,7 +45,9 @@ def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[s
             logits[suppressed] = float("-inf")
             p = logits.softmax(-1)
             top = p.topk(k)
-            cells = " ".join(f"{tokenizer.convert_ids_to_tokens(int(i))} {v:.2f}" for v, i in zip(top.values, top.indices))
+            cells = " ".join(
+                f"{tokenizer.convert_ids_to_tokens(int(i))} {v:.2f}" for v, i in zip(top.values, top.indices)
+            )
             lines.append(f"{cells} | answers {p[answer_ids].sum():.2f}")
             ids = torch.cat([ids, top.indices[:1].view(1, 1)], 1)
             if int(top.indices[0]) == tokenizer.eos_token_id:
@@ -64,13 +66,7 @@ def main() -> None:
     parser.add_argument("--row_seed", type=int, default=42)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model)
-    if args.adapter:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, args.adapter)
-    model.eval()
+    model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
     player, secrets = ModelPlayer(model, tokenizer), train_secrets("rl")
     traps: dict[tuple, tuple] = {}  # (secret, guesses) -> (opening, the failing reply)
     for seed in args.seeds:
@@ -78,8 +74,10 @@ def main() -> None:
             games = play(player, secrets, Opening.parse(spec).starts(secrets, seed))
             turns = [t for g in games for t in g.turns]
             failed = [t for t in turns if t.status == "format"]
-            print(f"seed {seed}, {spec}: {len(failed)} of {len(turns)} replies broke the format "
-                  f"({100 * len(failed) / max(1, len(turns)):.2f}%)")
+            print(
+                f"seed {seed}, {spec}: {len(failed)} of {len(turns)} replies broke the format "
+                f"({100 * len(failed) / max(1, len(turns)):.2f}%)"
+            )
             for g in games:
                 first = next((i for i, t in enumerate(g.turns) if t.status == "format"), None)
                 if first is not None:

@@ -21,8 +21,8 @@ import collections
 import random
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from models.loading import load_for_inference
 from tinymodel.data import reply_text
 from wordle import answers, candidates, render_prompt, train_secrets
 from wordle.game import play_guesses
@@ -38,13 +38,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model)
-    if args.adapter:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, args.adapter)
-    model.eval()
+    model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
     structure = tokenizer.convert_tokens_to_ids(list(STRUCTURE))
     rng = random.Random(args.seed)
 

@@ -9,13 +9,15 @@ start rows for ``grpo_train.py --dataset`` (the trap replay of the research log,
 ``--rows`` writes game mode's default start states (``training.data.game_starts`` of the rl secrets, share 0.5,
 ``--row_seed``: what the main job with that seed plays) followed by each distinct failing state ``--copies`` times.
 A failing state is the game's state before its first reply that broke the format; greedy play then repeats that
-reply to the game's end, so one such state counts as several failed replies. Prints figures, never asserts; the
-training secrets only (no validation or held-out secret is played).
+reply to the game's end, so one such state counts as several failed replies (the table by state counts each game's
+states up to its first broken reply). Prints figures, never asserts; the training secrets only (no validation or
+held-out secret is played).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -28,6 +30,13 @@ from wordle.game import play
 from wordle.openings import Opening
 
 OPENINGS = ("own", "answer", "allowed", "answer:2")
+
+
+def depth(history) -> tuple[int, int]:
+    """A state's past guesses, and the most lines that one green (letter, column) repeats in: the broken replies
+    cluster in late states whose lines share their greens (research log, e82)."""
+    greens = Counter((word[i], i) for word, pattern in history for i in range(5) if pattern[i].upper() == "G")
+    return len(history), max(greens.values(), default=0)
 
 
 def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:
@@ -69,6 +78,7 @@ def main() -> None:
     model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
     player, secrets = ModelPlayer(model, tokenizer), train_secrets("rl")
     traps: dict[tuple, tuple] = {}  # (secret, guesses) -> (opening, the failing reply)
+    states: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])  # depth -> [fine, broken]
     for seed in args.seeds:
         for spec in OPENINGS:
             games = play(player, secrets, Opening.parse(spec).starts(secrets, seed))
@@ -79,11 +89,16 @@ def main() -> None:
                 f"({100 * len(failed) / max(1, len(turns)):.2f}%)"
             )
             for g in games:
-                first = next((i for i, t in enumerate(g.turns) if t.status == "format"), None)
-                if first is not None:
-                    history = (*g.start, *((t.guess, t.pattern) for t in g.turns[:first] if t.pattern))
-                    traps.setdefault((g.secret, history), (spec, g.turns[first].reply))
+                for turn, history in zip(g.turns, g.histories()):
+                    states[depth(history)][turn.status == "format"] += 1
+                    if turn.status == "format":
+                        traps.setdefault((g.secret, history), (spec, turn.reply))
+                        break  # greedy play repeats the broken reply from that state on
     print(f"{len(traps)} distinct failing states")
+    print("\nstates by (past guesses, the most lines one green letter repeats in): states, broken, share")
+    for key in sorted(states):
+        fine, broken = states[key]
+        print(f"  {key}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
     for (secret, history), (spec, reply) in list(traps.items())[: args.show]:
         print(f"\n{secret} ({spec}) after {' '.join(w for w, _ in history) or 'no guess'}: {reply[:60]!r}")
         print("\n".join(top_tokens(model, tokenizer, history)))

@@ -34,7 +34,7 @@ OPENINGS = ("own", "answer", "allowed", "answer:2")
 
 def depth(history) -> tuple[int, int]:
     """A state's past guesses, and the most lines that one green (letter, column) repeats in: the broken replies
-    cluster in late states whose lines share their greens (research log, e82)."""
+    cluster in late states whose lines share their greens (research log, e83)."""
     greens = Counter((word[i], i) for word, pattern in history for i in range(5) if pattern[i].upper() == "G")
     return len(history), max(greens.values(), default=0)
 

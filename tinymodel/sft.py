@@ -12,6 +12,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Trainer, Trai
 
 from tinymodel.data import collate
 
+WEIGHT_DECAY = 0.01  # AdamW's, in the slowed optimizer (on its matrices) and in the Trainer's own
+
 
 class WallClock(TrainerCallback):
     """Stops training once ``deadline`` (a time.monotonic() value) has passed."""
@@ -68,7 +70,7 @@ def slowed_optimizer(
     slow_rows: Sequence[int],
     rate: float,
 ) -> torch.optim.AdamW:
-    """AdamW (weight decay 0.01 on matrices) whose parameters named ``slow_prefixes…`` and embedding rows ``slow_rows``
+    """AdamW (``WEIGHT_DECAY`` on matrices) whose parameters named ``slow_prefixes…`` and embedding rows ``slow_rows``
     take ``rate`` times the step of the rest.
 
     A parameter group gives the layers their rate; a row of the tied embedding cannot have a group of its own, so a
@@ -78,7 +80,11 @@ def slowed_optimizer(
     """
     named = [(name.startswith(tuple(slow_prefixes)), p) for name, p in model.named_parameters()]
     groups = [
-        {"params": params, "lr": learning_rate * (rate if is_slow else 1.0), "weight_decay": 0.01 if matrix else 0.0}
+        {
+            "params": params,
+            "lr": learning_rate * (rate if is_slow else 1.0),
+            "weight_decay": WEIGHT_DECAY if matrix else 0.0,
+        }
         for is_slow in (True, False)
         for matrix in (True, False)
         if (params := [p for slow, p in named if slow == is_slow and (p.ndim >= 2) == matrix])
@@ -123,7 +129,7 @@ def train(
         learning_rate=learning_rate,
         lr_scheduler_type="cosine",
         warmup_steps=min(100, steps // 10),
-        weight_decay=0.01,
+        weight_decay=WEIGHT_DECAY,
         train_sampling_strategy="group_by_length",  # prompts run from 8 to 68 tokens: batch like with like
         remove_unused_columns=False,
         use_cpu=True,

@@ -25,11 +25,12 @@ import torch
 from evaluation.play import ModelPlayer
 from models.loading import load_for_inference
 from training.data import game_starts, make_row, save_rows
-from wordle import render_prompt, train_secrets
+from wordle import allowed, render_prompt, train_secrets
 from wordle.game import play
 from wordle.openings import Opening
 
 OPENINGS = ("own", "answer", "allowed", "answer:2")
+WORDS = frozenset(allowed())
 
 
 def depth(history) -> tuple[int, int]:
@@ -37,6 +38,21 @@ def depth(history) -> tuple[int, int]:
     cluster in late states whose lines share their greens (research log, e83)."""
     greens = Counter((word[i], i) for word, pattern in history for i in range(5) if pattern[i].upper() == "G")
     return len(history), max(greens.values(), default=0)
+
+
+def kind(reply: str) -> str:
+    """Which decision a broken reply got wrong, read off its text."""
+    think, closed, rest = reply.removeprefix("<think>").partition("</think>")
+    if not closed:
+        return "the think never closes"
+    if len(think) != 5:
+        return "a think of other than 5 characters"
+    if not rest.startswith("<guess>"):
+        return "no <guess> after the think"
+    word, closed, _ = rest.removeprefix("<guess>").partition("</guess>")
+    if word[:5] in WORDS and (not closed or len(word) > 5):
+        return "no </guess> after the word"
+    return "a guess that is no word (a think letter or more)" if word not in WORDS else "other"
 
 
 def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:
@@ -95,6 +111,8 @@ def main() -> None:
                         traps.setdefault((g.secret, history), (spec, turn.reply))
                         break  # greedy play repeats the broken reply from that state on
     print(f"{len(traps)} distinct failing states")
+    for name, n in Counter(kind(reply) for _, reply in traps.values()).most_common():
+        print(f"  {name}: {n}")
     print("\nstates by (past guesses, the most lines one green letter repeats in): states, broken, share")
     for key in sorted(states):
         fine, broken = states[key]

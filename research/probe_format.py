@@ -25,12 +25,11 @@ import torch
 from evaluation.play import ModelPlayer
 from models.loading import load_for_inference
 from training.data import game_starts, make_row, save_rows
-from wordle import allowed, render_prompt, train_secrets
+from wordle import is_allowed, render_prompt, train_secrets
 from wordle.game import play
 from wordle.openings import Opening
 
 OPENINGS = ("own", "answer", "allowed", "answer:2")
-WORDS = frozenset(allowed())
 
 
 def depth(history) -> tuple[int, int]:
@@ -50,9 +49,9 @@ def kind(reply: str) -> str:
     if not rest.startswith("<guess>"):
         return "no <guess> after the think"
     word, closed, _ = rest.removeprefix("<guess>").partition("</guess>")
-    if word[:5] in WORDS and (not closed or len(word) > 5):
+    if is_allowed(word[:5]) and (not closed or len(word) > 5):
         return "no </guess> after the word"
-    return "a guess that is no word (a think letter or more)" if word not in WORDS else "other"
+    return "other" if is_allowed(word) else "a guess that is no word (a think letter or more)"
 
 
 def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:

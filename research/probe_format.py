@@ -24,6 +24,7 @@ import torch
 
 from evaluation.play import ModelPlayer
 from models.loading import load_for_inference
+from tinymodel.data import think_text
 from training.data import game_starts, make_row, save_rows
 from wordle import is_allowed, render_prompt, train_secrets
 from wordle.game import play
@@ -37,6 +38,13 @@ def depth(history) -> tuple[int, int]:
     cluster in late states whose lines share their greens (research log, e83)."""
     greens = Counter((word[i], i) for word, pattern in history for i in range(5) if pattern[i].upper() == "G")
     return len(history), max(greens.values(), default=0)
+
+
+def think_shape(history) -> tuple[int, bool]:
+    """The letters a state's think places, and whether it places one letter twice (``.ELL.``): at the same number
+    of placed letters, those thinks broke the reply several times as often (research log, e86)."""
+    think = think_text(history)
+    return 5 - think.count("."), any(think.count(c) > 1 for c in set(think) - {"."})
 
 
 def kind(reply: str) -> str:
@@ -94,6 +102,7 @@ def main() -> None:
     player, secrets = ModelPlayer(model, tokenizer), train_secrets("rl")
     traps: dict[tuple, tuple] = {}  # (secret, guesses) -> (opening, the failing reply)
     states: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])  # depth -> [fine, broken]
+    shapes: dict[tuple[int, bool], list[int]] = defaultdict(lambda: [0, 0])  # think_shape -> [fine, broken]
     for seed in args.seeds:
         for spec in OPENINGS:
             games = play(player, secrets, Opening.parse(spec).starts(secrets, seed))
@@ -106,6 +115,7 @@ def main() -> None:
             for g in games:
                 for turn, history in zip(g.turns, g.histories()):
                     states[depth(history)][turn.status == "format"] += 1
+                    shapes[think_shape(history)][turn.status == "format"] += 1
                     if turn.status == "format":
                         traps.setdefault((g.secret, history), (spec, turn.reply))
                         break  # greedy play repeats the broken reply from that state on
@@ -116,6 +126,10 @@ def main() -> None:
     for key in sorted(states):
         fine, broken = states[key]
         print(f"  {key}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
+    print("\nstates by the think's placed letters, and whether it places one letter twice: states, broken, share")
+    for (placed, twice), (fine, broken) in sorted(shapes.items()):
+        label = f"{placed} placed{', a letter twice' if twice else ''}"
+        print(f"  {label}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
     for (secret, history), (spec, reply) in list(traps.items())[: args.show]:
         print(f"\n{secret} ({spec}) after {' '.join(w for w, _ in history) or 'no guess'}: {reply[:60]!r}")
         print("\n".join(top_tokens(model, tokenizer, history)))

@@ -43,8 +43,8 @@ def depth(history) -> tuple[int, int]:
 def think_shape(history) -> tuple[int, bool]:
     """The letters a state's think places, and whether it places one letter twice (``.ELL.``): at the same number
     of placed letters, those thinks broke the reply several times as often (research log, e86)."""
-    think = think_text(history)
-    return 5 - think.count("."), any(think.count(c) > 1 for c in set(think) - {"."})
+    letters = think_text(history).replace(".", "")
+    return len(letters), len(set(letters)) < len(letters)
 
 
 def kind(reply: str) -> str:
@@ -60,6 +60,14 @@ def kind(reply: str) -> str:
     if is_allowed(word[:5]) and (not closed or len(word) > 5):
         return "no </guess> after the word"
     return "other" if is_allowed(word) else "a guess that is no word (a think letter or more)"
+
+
+def print_shares(by: str, counts: dict[tuple, list[int]], label) -> None:
+    """One table of states by ``by``: each key's states, how many broke the reply, and their share."""
+    print(f"\nstates by {by}: states, broken, share")
+    for key in sorted(counts):
+        fine, broken = counts[key]
+        print(f"  {label(key)}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
 
 
 def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:
@@ -122,14 +130,12 @@ def main() -> None:
     print(f"{len(traps)} distinct failing states")
     for name, n in Counter(kind(reply) for _, reply in traps.values()).most_common():
         print(f"  {name}: {n}")
-    print("\nstates by (past guesses, the most lines one green letter repeats in): states, broken, share")
-    for key in sorted(states):
-        fine, broken = states[key]
-        print(f"  {key}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
-    print("\nstates by the think's placed letters, and whether it places one letter twice: states, broken, share")
-    for (placed, twice), (fine, broken) in sorted(shapes.items()):
-        label = f"{placed} placed{', a letter twice' if twice else ''}"
-        print(f"  {label}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
+    print_shares("(past guesses, the most lines one green letter repeats in)", states, str)
+    print_shares(
+        "the think's placed letters, and whether it places one letter twice",
+        shapes,
+        lambda key: f"{key[0]} placed{', a letter twice' if key[1] else ''}",
+    )
     for (secret, history), (spec, reply) in list(traps.items())[: args.show]:
         print(f"\n{secret} ({spec}) after {' '.join(w for w, _ in history) or 'no guess'}: {reply[:60]!r}")
         print("\n".join(top_tokens(model, tokenizer, history)))

@@ -1,9 +1,11 @@
 """Where a model's greedy replies break the format: greedy games on the training secrets that GRPO plays (``rl``)
 from several openings, the share of replies that fail, and at each failing state the model's top tokens step by
 step along its greedy reply (what took the place of the right token). Optionally writes those states as game-mode
-start rows for ``grpo_train.py --dataset`` (the trap replay of the research log, e80).
+start rows for ``grpo_train.py --dataset`` (the trap replay of the research log, e80). ``--shares N`` also prints how
+much of what the later layers read at each reply position is the reply's own token (e87), at the failing states and at
+N sampled states whose reply kept the format.
 
-    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10]
+    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10] [--shares 300]
     python research/probe_format.py tinymodel/model --seeds 0 1 2 --rows traps.jsonl --copies 3 --row_seed 42
 
 ``--rows`` writes game mode's default start states (``training.data.game_starts`` of the rl secrets, share 0.5,
@@ -17,6 +19,7 @@ held-out secret is played).
 from __future__ import annotations
 
 import argparse
+import random
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -95,6 +98,31 @@ def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[s
     return lines
 
 
+def reply_shares(model, tokenizer, states) -> tuple[dict[int, float], float]:
+    """At each position of a state's reply (0 is the prompt's last token, then ``<think>`` and the think's letters),
+    the norm of the token's input row over the norm of layer 0's attention output, which adds the prompt's mean to
+    every position; averaged over ``states`` ((history, reply) pairs). Also their prompts' mean length."""
+    seen: dict[str, torch.Tensor] = {}
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hooks = [
+        base.model.embed_tokens.register_forward_hook(lambda m, i, out: seen.__setitem__("row", out[0])),
+        base.model.layers[0].self_attn.register_forward_hook(lambda m, i, out: seen.__setitem__("mean", out[0][0])),
+    ]
+    by_position, lengths = defaultdict(list), []
+    for history, reply in states:
+        text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            model(torch.tensor([prompt + tokenizer(reply, add_special_tokens=False)["input_ids"][:8]]))
+        shares = seen["row"][len(prompt) - 1 :].norm(dim=-1) / seen["mean"][len(prompt) - 1 :].norm(dim=-1)
+        for k, share in enumerate(shares.tolist()):
+            by_position[k].append(share)
+        lengths.append(len(prompt))
+    for hook in hooks:
+        hook.remove()
+    return {k: sum(v) / len(v) for k, v in sorted(by_position.items())}, sum(lengths) / max(1, len(lengths))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
@@ -104,6 +132,7 @@ def main() -> None:
     parser.add_argument("--rows", help="write game-mode start rows (.jsonl) with the failing states")
     parser.add_argument("--copies", type=int, default=3)
     parser.add_argument("--row_seed", type=int, default=42)
+    parser.add_argument("--shares", type=int, default=0, help="states kept in format to compare reply shares on")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
@@ -111,6 +140,7 @@ def main() -> None:
     traps: dict[tuple, tuple] = {}  # (secret, guesses) -> (opening, the failing reply)
     states: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])  # depth -> [fine, broken]
     shapes: dict[tuple[int, bool], list[int]] = defaultdict(lambda: [0, 0])  # think_shape -> [fine, broken]
+    kept: list[tuple] = []  # (history, reply) of the states whose reply kept the format
     for seed in args.seeds:
         for spec in OPENINGS:
             games = play(player, secrets, Opening.parse(spec).starts(secrets, seed))
@@ -127,6 +157,7 @@ def main() -> None:
                     if turn.status == "format":
                         traps.setdefault((g.secret, history), (spec, turn.reply))
                         break  # greedy play repeats the broken reply from that state on
+                    kept.append((history, turn.reply))
     print(f"{len(traps)} distinct failing states")
     for name, n in Counter(kind(reply) for _, reply in traps.values()).most_common():
         print(f"  {name}: {n}")
@@ -139,6 +170,20 @@ def main() -> None:
     for (secret, history), (spec, reply) in list(traps.items())[: args.show]:
         print(f"\n{secret} ({spec}) after {' '.join(w for w, _ in history) or 'no guess'}: {reply[:60]!r}")
         print("\n".join(top_tokens(model, tokenizer, history)))
+    if args.shares:
+        random.Random(0).shuffle(kept)
+        late = [state for state in kept if depth(state[0])[1] >= 3]
+        failing = [(history, reply) for (_, history), (_, reply) in traps.items()]
+        print("\nthe own token's input row over layer 0's attention output, by reply position")
+        groups = [
+            ("broken", failing),
+            ("kept, a green in 3+ lines", late[: args.shares]),
+            ("kept", kept[: args.shares]),
+        ]
+        for name, group in groups:
+            shares, length = reply_shares(model, tokenizer, group)
+            cells = " ".join(f"{k}:{v:.2f}" for k, v in shares.items())
+            print(f"  {name}: {len(group)} states, prompt {length:.0f} tokens; {cells}")
     if args.rows:
         rows = game_starts(secrets, 0.5, args.row_seed)
         rows += [make_row(secret, history) for secret, history in traps] * args.copies

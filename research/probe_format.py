@@ -3,9 +3,11 @@ from several openings, the share of replies that fail, and at each failing state
 step along its greedy reply (what took the place of the right token). Optionally writes those states as game-mode
 start rows for ``grpo_train.py --dataset`` (the trap replay of the research log, e80). ``--shares N`` also prints how
 much of what the later layers read at each reply position is the reply's own token (e87), at the failing states and at
-N sampled states whose reply kept the format.
+N sampled states whose reply kept the format. ``--closing`` prints, over the states whose reply kept the format, the
+probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many lines one green repeats in
+(e89).
 
-    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10] [--shares 300]
+    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10] [--shares 300] [--closing]
     python research/probe_format.py tinymodel/model --seeds 0 1 2 --rows traps.jsonl --copies 3 --row_seed 42
 
 ``--rows`` writes game mode's default start states (``training.data.game_starts`` of the rl secrets, share 0.5,
@@ -123,6 +125,23 @@ def reply_shares(model, tokenizer, states) -> tuple[dict[int, float], float]:
     return {k: sum(v) / len(v) for k, v in sorted(by_position.items())}, sum(lengths) / max(1, len(lengths))
 
 
+def closing_odds(model, tokenizer, states) -> dict[int, dict[str, list[float]]]:
+    """For each (history, reply) whose reply kept the format, the probability of ``</think>`` and of ``</guess>`` at
+    the step that wrote them, keyed by the most lines one green repeats in (``depth``)."""
+    tags = {tokenizer.convert_tokens_to_ids(tag): tag for tag in ("</think>", "</guess>")}
+    odds: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for history, reply in states:
+        text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = prompt + tokenizer(reply, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            p = model(torch.tensor([ids])).logits[0].softmax(-1)
+        for j in range(len(prompt), len(ids)):
+            if ids[j] in tags:
+                odds[depth(history)[1]][tags[ids[j]]].append(float(p[j - 1, ids[j]]))
+    return odds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
@@ -133,6 +152,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=3)
     parser.add_argument("--row_seed", type=int, default=42)
     parser.add_argument("--shares", type=int, default=0, help="states kept in format to compare reply shares on")
+    parser.add_argument("--closing", action="store_true", help="the closing tags' odds, by green repeats")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
@@ -184,6 +204,16 @@ def main() -> None:
             shares, length = reply_shares(model, tokenizer, group)
             cells = " ".join(f"{k}:{v:.2f}" for k, v in shares.items())
             print(f"  {name}: {len(group)} states, prompt {length:.0f} tokens; {cells}")
+    if args.closing:
+        print(
+            "\nthe closing tags' probability where the kept replies wrote them, by the most lines one green repeats in"
+        )
+        for repeats, by_tag in sorted(closing_odds(model, tokenizer, kept).items()):
+            cells = "; ".join(
+                f"{tag} mean {sum(v) / len(v):.4f}, under 0.9 in {sum(x < 0.9 for x in v)} of {len(v)}"
+                for tag, v in by_tag.items()
+            )
+            print(f"  {repeats} lines: {cells}")
     if args.rows:
         rows = game_starts(secrets, 0.5, args.row_seed)
         rows += [make_row(secret, history) for secret, history in traps] * args.copies

@@ -75,14 +75,19 @@ def print_shares(by: str, counts: dict[tuple, list[int]], label) -> None:
         print(f"  {label(key)}: {fine + broken}, {broken}, {100 * broken / (fine + broken):.2f}%")
 
 
+def prompt_ids(tokenizer, history) -> list[int]:
+    """The token ids of the prompt that play shows for ``history``, up to the reply."""
+    text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:
     """The greedy reply from ``history``, one line per token: the ``k`` most likely tokens (with the model's
     suppressed tokens masked, as generation masks them) and the share of all answers' tokens together."""
     suppressed = list(model.generation_config.suppress_tokens or [])
     vocab = tokenizer.get_vocab()
     answer_ids = [i for t, i in vocab.items() if len(t) == 5 and t.isalpha() and t.isupper()]
-    text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    ids = torch.tensor([prompt_ids(tokenizer, history)])
     lines = []
     with torch.no_grad():
         for _ in range(steps):
@@ -112,8 +117,7 @@ def reply_shares(model, tokenizer, states) -> tuple[dict[int, float], float]:
     ]
     by_position, lengths = defaultdict(list), []
     for history, reply in states:
-        text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
-        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt = prompt_ids(tokenizer, history)
         with torch.no_grad():
             model(torch.tensor([prompt + tokenizer(reply, add_special_tokens=False)["input_ids"][:8]]))
         shares = seen["row"][len(prompt) - 1 :].norm(dim=-1) / seen["mean"][len(prompt) - 1 :].norm(dim=-1)
@@ -131,8 +135,7 @@ def closing_odds(model, tokenizer, states) -> dict[int, dict[str, list[float]]]:
     tags = {tokenizer.convert_tokens_to_ids(tag): tag for tag in ("</think>", "</guess>")}
     odds: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for history, reply in states:
-        text = tokenizer.apply_chat_template(render_prompt(history), add_generation_prompt=True, tokenize=False)
-        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt = prompt_ids(tokenizer, history)
         ids = prompt + tokenizer(reply, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             p = model(torch.tensor([ids])).logits[0].softmax(-1)

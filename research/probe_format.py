@@ -7,7 +7,8 @@ N sampled states whose reply kept the format. ``--closing`` prints, over the sta
 probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many lines one green repeats in
 (e89).
 
-    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10] [--shares 300] [--closing]
+    python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10]
+    python research/probe_format.py tinymodel/model --seeds 0 --show 0 --shares 300 --closing
     python research/probe_format.py tinymodel/model --seeds 0 1 2 --rows traps.jsonl --copies 3 --row_seed 42
 
 ``--rows`` writes game mode's default start states (``training.data.game_starts`` of the rl secrets, share 0.5,

@@ -1,11 +1,11 @@
-"""Where a model's greedy replies break the format: greedy games on the training secrets that GRPO plays (``rl``)
-from several openings, the share of replies that fail, and at each failing state the model's top tokens step by
-step along its greedy reply (what took the place of the right token). Optionally writes those states as game-mode
-start rows for ``grpo_train.py --dataset`` (the trap replay of the research log, e80). ``--shares N`` also prints how
-much of what the later layers read at each reply position is the reply's own token (e87), at the failing states and at
-N sampled states whose reply kept the format. ``--closing`` prints, over the states whose reply kept the format, the
-probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many lines one green repeats in
-(e89).
+"""Where a model's greedy replies break the format: greedy games on the training secrets that GRPO plays (``rl``, or
+``--split val``: the validation secrets) from several openings, the share of replies that fail, and at each failing
+state the model's top tokens step by step along its greedy reply (what took the place of the right token). Optionally
+writes those states as game-mode start rows for ``grpo_train.py --dataset`` (the trap replay of the research log, e80).
+``--shares N`` also prints how much of what the later layers read at each reply position is the reply's own token (e87),
+at the failing states and at N sampled states whose reply kept the format. ``--closing`` prints, over the states whose
+reply kept the format, the probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many
+lines one green repeats in (e89).
 
     python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10]
     python research/probe_format.py tinymodel/model --seeds 0 --show 0 --shares 300 --closing
@@ -15,8 +15,8 @@ probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by
 ``--row_seed``: what the main job with that seed plays) followed by each distinct failing state ``--copies`` times.
 A failing state is the game's state before its first reply that broke the format; greedy play then repeats that
 reply to the game's end, so one such state counts as several failed replies (the table by state counts each game's
-states up to its first broken reply). Prints figures, never asserts; the training secrets only (no validation or
-held-out secret is played).
+states up to its first broken reply). Prints figures, never asserts; no held-out secret is played, and
+``--rows`` only writes ``rl`` states (a validation state in training would spoil the split settings are chosen on).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
     parser.add_argument("--adapter", help="a LoRA adapter directory to apply (grpo_train.py's output_dir)")
+    parser.add_argument("--split", choices=("rl", "val"), default="rl", help="the secrets to play (never held out)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="opening seeds (own plays alike in each)")
     parser.add_argument("--show", type=int, default=10, help="failing states to print token by token")
     parser.add_argument("--rows", help="write game-mode start rows (.jsonl) with the failing states")
@@ -158,9 +159,11 @@ def main() -> None:
     parser.add_argument("--shares", type=int, default=0, help="states kept in format to compare reply shares on")
     parser.add_argument("--closing", action="store_true", help="the closing tags' odds, by green repeats")
     args = parser.parse_args()
+    if args.rows and args.split != "rl":
+        parser.error("--rows writes training rows: only from --split rl")
     torch.set_num_threads(1)
     model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
-    player, secrets = ModelPlayer(model, tokenizer), train_secrets("rl")
+    player, secrets = ModelPlayer(model, tokenizer), train_secrets(args.split)
     traps: dict[tuple, tuple] = {}  # (secret, guesses) -> (opening, the failing reply)
     states: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])  # depth -> [fine, broken]
     shapes: dict[tuple[int, bool], list[int]] = defaultdict(lambda: [0, 0])  # think_shape -> [fine, broken]

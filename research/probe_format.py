@@ -5,7 +5,9 @@ writes those states as game-mode start rows for ``grpo_train.py --dataset`` (the
 ``--shares N`` also prints how much of what the later layers read at each reply position is the reply's own token (e87),
 at the failing states and at N sampled states whose reply kept the format. ``--closing`` prints, over the states whose
 reply kept the format, the probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many
-lines one green repeats in (e89).
+lines one green repeats in (e89). ``--margins`` prints, over the same kept replies, how sure the model was of each
+token it wrote, by the reply's step: a broken reply is a step where the runner-up won, so a model whose kept replies
+win their steps by thinner margins is closer to breaking them.
 
     python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10]
     python research/probe_format.py tinymodel/model --seeds 0 --show 0 --shares 300 --closing
@@ -31,6 +33,7 @@ import torch
 from evaluation.play import ModelPlayer
 from models.loading import load_for_inference
 from tinymodel.data import think_text
+from tinymodel.tokenizer import COLUMN_TAGS, THINK_LETTERS, WORDS
 from training.data import game_starts, make_row, save_rows
 from wordle import is_allowed, render_prompt, train_secrets
 from wordle.game import play
@@ -146,6 +149,43 @@ def closing_odds(model, tokenizer, states) -> dict[int, dict[str, list[float]]]:
     return odds
 
 
+STEPS = ("<think>", *(f"think column {k}" for k in range(1, 6)), "</think>", "<guess>", "the word", "</guess>", "eos")
+
+
+def step_tokens(tokenizer) -> list[list[int]]:
+    """The tokens that keep the format at each of a reply's eleven steps (``STEPS``): any letter or dot tagged
+    with the step's column is a think, right or wrong, and any word token a guess; only the others break it."""
+    ids = tokenizer.convert_tokens_to_ids
+    columns = [[ids(t) for t in THINK_LETTERS if t.endswith(tag)] for tag in COLUMN_TAGS]
+    tags = [[ids(tag)] for tag in ("<think>", "</think>", "<guess>", "</guess>")]
+    return [tags[0], *columns, tags[1], tags[2], ids(list(WORDS)), tags[3], [tokenizer.eos_token_id]]
+
+
+def step_odds(model, tokenizer, states) -> tuple[dict[str, list[tuple[float, float]]], int]:
+    """For each (history, reply) whose reply kept the format in the eleven tokens of a word-token guess, at each
+    step the probability of the token the model wrote and the most any token that breaks the format had (the
+    suppressed tokens masked, as generation masks them), keyed by ``STEPS``; also the replies of other lengths."""
+    suppressed = list(model.generation_config.suppress_tokens or [])
+    keep = step_tokens(tokenizer)
+    odds: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    skipped = 0
+    for history, reply in states:
+        prompt = prompt_ids(tokenizer, history)
+        written = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if len(written) != len(STEPS):
+            skipped += 1
+            continue
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + written])).logits[0, len(prompt) - 1 : -1]
+        logits[:, suppressed] = float("-inf")
+        p = logits.softmax(-1)
+        for k, (name, token) in enumerate(zip(STEPS, written)):
+            breaking = p[k].clone()
+            breaking[keep[k]] = 0
+            odds[name].append((float(p[k, token]), float(breaking.max())))
+    return odds, skipped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
@@ -158,6 +198,7 @@ def main() -> None:
     parser.add_argument("--row_seed", type=int, default=42)
     parser.add_argument("--shares", type=int, default=0, help="states kept in format to compare reply shares on")
     parser.add_argument("--closing", action="store_true", help="the closing tags' odds, by green repeats")
+    parser.add_argument("--margins", action="store_true", help="how sure the kept replies were, step by step")
     args = parser.parse_args()
     if args.rows and args.split != "rl":
         parser.error("--rows writes training rows: only from --split rl")
@@ -221,6 +262,19 @@ def main() -> None:
                 for tag, v in by_tag.items()
             )
             print(f"  {repeats} lines: {cells}")
+    if args.margins:
+        print(
+            "\nthe kept replies' steps: the written token's mean probability, and the most likely token that would have"
+            " broken the format: its mean, and the steps where it had over 0.01, 0.1 and 0.3"
+        )
+        odds, skipped = step_odds(model, tokenizer, kept)
+        for name, pairs in odds.items():
+            won, broke = [w for w, _ in pairs], [b for _, b in pairs]
+            print(
+                f"  {name}: {len(pairs)} steps, written {sum(won) / len(won):.4f}; breaking {sum(broke) / len(broke):.5f}, "
+                + ", ".join(f"over {x} {sum(b > x for b in broke)}" for x in (0.01, 0.1, 0.3))
+            )
+        print(f"  ({skipped} kept replies of other than {len(STEPS)} tokens left out)")
     if args.rows:
         rows = game_starts(secrets, 0.5, args.row_seed)
         rows += [make_row(secret, history) for secret, history in traps] * args.copies

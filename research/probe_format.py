@@ -7,7 +7,9 @@ at the failing states and at N sampled states whose reply kept the format. ``--c
 reply kept the format, the probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many
 lines one green repeats in (e89). ``--margins`` prints, over the same kept replies, how sure the model was of each
 token it wrote, by the reply's step: a broken reply is a step where the runner-up won, so a model whose kept replies
-win their steps by thinner margins is closer to breaking them.
+win their steps by thinner margins is closer to breaking them. ``--start`` (with ``--adapter``) prints, at each
+failing state, the first step where the reply broke the format, and how likely the token that broke it and the tokens
+that would have kept it were with the adapter and without it (the start on the same state).
 
     python research/probe_format.py tinymodel/model [--adapter outputs/cpu] [--seeds 0 1 2] [--show 10]
     python research/probe_format.py tinymodel/model --seeds 0 --show 0 --shares 300 --closing
@@ -186,6 +188,36 @@ def step_odds(model, tokenizer, states) -> tuple[dict[str, list[tuple[float, flo
     return odds, skipped
 
 
+def step_probs(model, ids: list[int]) -> torch.Tensor:
+    """The next token's distribution after ``ids``, the suppressed tokens masked as generation masks them."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, -1]
+    logits[list(model.generation_config.suppress_tokens or [])] = float("-inf")
+    return logits.softmax(-1)
+
+
+def first_break(model, tokenizer, history) -> tuple[list[int], int] | None:
+    """The greedy reply's tokens from ``history`` up to and with its first token that breaks the format
+    (``STEPS``), and that step's index; None where the reply keeps the format."""
+    keep, ids = step_tokens(tokenizer), prompt_ids(tokenizer, history)
+    for k in range(len(STEPS)):
+        token = int(step_probs(model, ids).argmax())
+        ids = ids + [token]
+        if token not in keep[k]:
+            return ids, k
+    return None
+
+
+def break_odds(model, tokenizer, ids: list[int], k: int) -> tuple[str, float, float]:
+    """At step ``k``, the last token of ``ids``: the likeliest token that breaks the format, its probability, and
+    the total of the tokens that keep it."""
+    p = step_probs(model, ids[:-1])
+    keeping = p[step_tokens(tokenizer)[k]].sum()
+    breaking = p.clone()
+    breaking[step_tokens(tokenizer)[k]] = 0
+    return tokenizer.convert_ids_to_tokens(int(breaking.argmax())), float(breaking.max()), float(keeping)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
@@ -199,9 +231,12 @@ def main() -> None:
     parser.add_argument("--shares", type=int, default=0, help="states kept in format to compare reply shares on")
     parser.add_argument("--closing", action="store_true", help="the closing tags' odds, by green repeats")
     parser.add_argument("--margins", action="store_true", help="how sure the kept replies were, step by step")
+    parser.add_argument("--start", action="store_true", help="the failing steps' odds with the adapter and without")
     args = parser.parse_args()
     if args.rows and args.split != "rl":
         parser.error("--rows writes training rows: only from --split rl")
+    if args.start and not args.adapter:
+        parser.error("--start compares the adapter with the start: it needs --adapter")
     torch.set_num_threads(1)
     model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
     player, secrets = ModelPlayer(model, tokenizer), train_secrets(args.split)
@@ -275,6 +310,22 @@ def main() -> None:
                 + ", ".join(f"over {x} {sum(b > x for b in broke)}" for x in (0.01, 0.1, 0.3))
             )
         print(f"  ({skipped} kept replies of other than {len(STEPS)} tokens left out)")
+    if args.start:
+        print(
+            "\nthe first broken step of each failing state: the likeliest token that breaks the format and its"
+            " probability, and the format-keeping tokens' total; with the adapter, then at the start on the same prefix"
+        )
+        for secret, history in traps:
+            ids, k = first_break(model, tokenizer, history) or ([], -1)
+            if k < 0:
+                continue
+            after = break_odds(model, tokenizer, ids, k)
+            with model.disable_adapter():
+                before = break_odds(model, tokenizer, ids, k)
+            print(
+                f"  {secret} after {' '.join(w for w, _ in history)}, {STEPS[k]}: {after[0]} {after[1]:.2f},"
+                f" keeping {after[2]:.2f}; start: {before[0]} {before[1]:.2f}, keeping {before[2]:.2f}"
+            )
     if args.rows:
         rows = game_starts(secrets, 0.5, args.row_seed)
         rows += [make_row(secret, history) for secret, history in traps] * args.copies

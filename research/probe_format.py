@@ -5,9 +5,9 @@ writes those states as game-mode start rows for ``grpo_train.py --dataset`` (the
 ``--shares N`` also prints how much of what the later layers read at each reply position is the reply's own token (e87),
 at the failing states and at N sampled states whose reply kept the format. ``--closing`` prints, over the states whose
 reply kept the format, the probability the model gave ``</think>`` and ``</guess>`` where it wrote them, by how many
-lines one green repeats in (e89). ``--margins`` prints, over the same kept replies, how sure the model was of each
-token it wrote, by the reply's step: a broken reply is a step where the runner-up won, so a model whose kept replies
-win their steps by thinner margins is closer to breaking them. ``--start`` (with ``--adapter``) prints, at each
+lines one green repeats in (e89). ``--margins`` prints, over the same kept replies, at each of the reply's steps the
+probability of the token written and the most that a token which would have broken the format had: a broken reply is
+a step where such a token won, so the steps where one came close count the near misses. ``--start`` (with ``--adapter``) prints, at each
 failing state, the first step where the reply broke the format, and how likely the token that broke it and the tokens
 that would have kept it were with the adapter and without it (the start on the same state).
 
@@ -211,10 +211,10 @@ def first_break(model, tokenizer, history) -> tuple[list[int], int] | None:
 def break_odds(model, tokenizer, ids: list[int], k: int) -> tuple[str, float, float]:
     """At step ``k``, the last token of ``ids``: the likeliest token that breaks the format, its probability, and
     the total of the tokens that keep it."""
-    p = step_probs(model, ids[:-1])
-    keeping = p[step_tokens(tokenizer)[k]].sum()
+    p, keep = step_probs(model, ids[:-1]), step_tokens(tokenizer)[k]
+    keeping = p[keep].sum()
     breaking = p.clone()
-    breaking[step_tokens(tokenizer)[k]] = 0
+    breaking[keep] = 0
     return tokenizer.convert_ids_to_tokens(int(breaking.argmax())), float(breaking.max()), float(keeping)
 
 

@@ -26,6 +26,7 @@ states up to its first broken reply). Prints figures, never asserts; no held-out
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -87,27 +88,30 @@ def prompt_ids(tokenizer, history) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def masked_probs(model, ids: list[int]) -> torch.Tensor:
+    """The next token's distribution at every position of ``ids``, with the model's suppressed tokens masked as
+    generation masks them."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    logits[:, list(model.generation_config.suppress_tokens or [])] = float("-inf")
+    return logits.softmax(-1)
+
+
 def top_tokens(model, tokenizer, history, steps: int = 12, k: int = 4) -> list[str]:
     """The greedy reply from ``history``, one line per token: the ``k`` most likely tokens (with the model's
     suppressed tokens masked, as generation masks them) and the share of all answers' tokens together."""
-    suppressed = list(model.generation_config.suppress_tokens or [])
     vocab = tokenizer.get_vocab()
     answer_ids = [i for t, i in vocab.items() if len(t) == 5 and t.isalpha() and t.isupper()]
-    ids = torch.tensor([prompt_ids(tokenizer, history)])
+    ids = prompt_ids(tokenizer, history)
     lines = []
-    with torch.no_grad():
-        for _ in range(steps):
-            logits = model(ids).logits[0, -1]
-            logits[suppressed] = float("-inf")
-            p = logits.softmax(-1)
-            top = p.topk(k)
-            cells = " ".join(
-                f"{tokenizer.convert_ids_to_tokens(int(i))} {v:.2f}" for v, i in zip(top.values, top.indices)
-            )
-            lines.append(f"{cells} | answers {p[answer_ids].sum():.2f}")
-            ids = torch.cat([ids, top.indices[:1].view(1, 1)], 1)
-            if int(top.indices[0]) == tokenizer.eos_token_id:
-                break
+    for _ in range(steps):
+        p = masked_probs(model, ids)[-1]
+        top = p.topk(k)
+        cells = " ".join(f"{tokenizer.convert_ids_to_tokens(int(i))} {v:.2f}" for v, i in zip(top.values, top.indices))
+        lines.append(f"{cells} | answers {p[answer_ids].sum():.2f}")
+        ids = ids + [int(top.indices[0])]
+        if ids[-1] == tokenizer.eos_token_id:
+            break
     return lines
 
 
@@ -154,6 +158,7 @@ def closing_odds(model, tokenizer, states) -> dict[int, dict[str, list[float]]]:
 STEPS = ("<think>", *(f"think column {k}" for k in range(1, 6)), "</think>", "<guess>", "the word", "</guess>", "eos")
 
 
+@functools.cache
 def step_tokens(tokenizer) -> list[list[int]]:
     """The tokens that keep the format at each of a reply's eleven steps (``STEPS``): any letter or dot tagged
     with the step's column is a think, right or wrong, and any word token a guess; only the others break it."""
@@ -167,7 +172,6 @@ def step_odds(model, tokenizer, states) -> tuple[dict[str, list[tuple[float, flo
     """For each (history, reply) whose reply kept the format in the eleven tokens of a word-token guess, at each
     step the probability of the token the model wrote and the most any token that breaks the format had (the
     suppressed tokens masked, as generation masks them), keyed by ``STEPS``; also the replies of other lengths."""
-    suppressed = list(model.generation_config.suppress_tokens or [])
     keep = step_tokens(tokenizer)
     odds: dict[str, list[tuple[float, float]]] = defaultdict(list)
     skipped = 0
@@ -177,10 +181,7 @@ def step_odds(model, tokenizer, states) -> tuple[dict[str, list[tuple[float, flo
         if len(written) != len(STEPS):
             skipped += 1
             continue
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt + written])).logits[0, len(prompt) - 1 : -1]
-        logits[:, suppressed] = float("-inf")
-        p = logits.softmax(-1)
+        p = masked_probs(model, prompt + written)[len(prompt) - 1 : -1]
         for k, (name, token) in enumerate(zip(STEPS, written)):
             breaking = p[k].clone()
             breaking[keep[k]] = 0
@@ -188,20 +189,12 @@ def step_odds(model, tokenizer, states) -> tuple[dict[str, list[tuple[float, flo
     return odds, skipped
 
 
-def step_probs(model, ids: list[int]) -> torch.Tensor:
-    """The next token's distribution after ``ids``, the suppressed tokens masked as generation masks them."""
-    with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0, -1]
-    logits[list(model.generation_config.suppress_tokens or [])] = float("-inf")
-    return logits.softmax(-1)
-
-
 def first_break(model, tokenizer, history) -> tuple[list[int], int] | None:
     """The greedy reply's tokens from ``history`` up to and with its first token that breaks the format
     (``STEPS``), and that step's index; None where the reply keeps the format."""
     keep, ids = step_tokens(tokenizer), prompt_ids(tokenizer, history)
     for k in range(len(STEPS)):
-        token = int(step_probs(model, ids).argmax())
+        token = int(masked_probs(model, ids)[-1].argmax())
         ids = ids + [token]
         if token not in keep[k]:
             return ids, k
@@ -211,7 +204,7 @@ def first_break(model, tokenizer, history) -> tuple[list[int], int] | None:
 def break_odds(model, tokenizer, ids: list[int], k: int) -> tuple[str, float, float]:
     """At step ``k``, the last token of ``ids``: the likeliest token that breaks the format, its probability, and
     the total of the tokens that keep it."""
-    p, keep = step_probs(model, ids[:-1]), step_tokens(tokenizer)[k]
+    p, keep = masked_probs(model, ids[:-1])[-1], step_tokens(tokenizer)[k]
     keeping = p[keep].sum()
     breaking = p.clone()
     breaking[keep] = 0

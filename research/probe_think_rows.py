@@ -4,7 +4,9 @@ answers with that letter in that column, beside a control (the answers with the 
 cosine means that a step of the word step's state toward those answers also raises the think letter there, the token
 that breaks the format when it wins the guess (research log, e94). Reads the weights only; prints figures, never asserts.
 
-    python research/probe_think_rows.py tinymodel/model [--adapter outputs/cpu] [--min_words 20]
+    python research/probe_think_rows.py tinymodel/model [--min_words 20]
+
+A LoRA adapter (GRPO's) leaves the output rows as they are, so a build's directory is all it reads.
 """
 
 from __future__ import annotations
@@ -38,10 +40,9 @@ def cosines(rows: torch.Tensor, tokenizer, shift: int, min_words: int) -> torch.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("model", help="a model directory (tinymodel/model, or a build's --out)")
-    parser.add_argument("--adapter", help="a LoRA adapter directory (it leaves the output rows as they are)")
     parser.add_argument("--min_words", type=int, default=20, help="the fewest answers a (letter, column) group holds")
     args = parser.parse_args()
-    model, tokenizer = load_for_inference(args.model, args.adapter, device="cpu")
+    model, tokenizer = load_for_inference(args.model, device="cpu")
     rows = model.get_output_embeddings().weight.detach()
     for name, shift in (("the letter in its own column", 0), ("control: the letter two columns on", 2)):
         c = cosines(rows, tokenizer, shift, args.min_words)

@@ -36,7 +36,7 @@ from tinymodel.bag import (
 from tinymodel.build import SCALES, WIRED_LAYERS, build, build_model
 from tinymodel.build import main as tiny_main
 from tinymodel.data import encode, game_rows, opener, reply_text, think_text
-from tinymodel.sft import slowed_optimizer
+from tinymodel.sft import MARGIN, slowed_optimizer, think_letter_hinge
 from tinymodel.tokenizer import (
     CHARACTERS,
     CHAT_TEMPLATE,
@@ -78,10 +78,25 @@ def user_message(history):
     return render_prompt(history)[1]["content"]
 
 
+FEEDBACK_LINE = re.compile(r"(?<=: )[A-Z]\([-~✓]\)(?: [A-Z]\([-~✓]\)){4}(?=\n|\Z)")
+
+
 def as_decoded(text):
-    """``text`` as the tokenizer gives it back: a past guess's spelling at a feedback line's start is dropped,
-    and an answer's comes back from its past-guess token."""
-    return re.sub(UNSPELLED, lambda m: m.group(0) if m.group(0) in WORD_SET else "", text)
+    """``text`` as the tokenizer gives it back: a marked letter of a feedback line that a later line holds again in
+    the same column is dropped with the space before it, a past guess's spelling at a feedback line's start is
+    dropped, and an answer's comes back from its past-guess token."""
+    lines = list(FEEDBACK_LINE.finditer(text))
+    later = [
+        {(column, item) for line in lines[i + 1 :] for column, item in enumerate(line[0].split(" "))}
+        for i in range(len(lines))
+    ]
+    kept, end = [], 0
+    for i, line in enumerate(lines):
+        kept.append(text[end : line.start() - 1])  # the space of ": " goes with a dropped first letter
+        items = line[0].split(" ")
+        kept += [" " + item for column, item in enumerate(items) if (column, item) not in later[i]]
+        end = line.end()
+    return re.sub(UNSPELLED, lambda m: m.group(0) if m.group(0) in WORD_SET else "", "".join(kept) + text[end:])
 
 
 def round_trips(tokenizer, text):
@@ -194,13 +209,25 @@ def test_a_past_answer_becomes_its_own_token_and_other_spellings_drop(text, star
 def test_past_guess_tokens_mark_every_answer_line_of_a_prompt_and_never_a_reply():
     history = history_for("ROBIN", ["SOARE", "CRANE", "PANEL", "CRANE"])
     tokens = TOKENIZER.tokenize(user_message(history))
-    assert [t for t in tokens if t.startswith("⟦")] == ["⟦CRANE⟧", "⟦PANEL⟧", "⟦CRANE⟧"]
-    assert sum("(" in t for t in tokens) == 5 * len(history)  # every marked letter kept
-    assert not any(t in "SOARE" for t in tokens)  # the opener's spelling dropped
+    # A guess played again gives its marked letters to its last line; its first line keeps only the word, spelled.
+    assert [t for t in tokens if t.startswith("⟦")] == ["⟦PANEL⟧", "⟦CRANE⟧"]
+    assert tokens[tokens.index("⟦PANEL⟧") - 7 : tokens.index("⟦PANEL⟧")] == [*"CRANE", ":", "\n"]
+    marked = [t.strip() for t in tokens if "(" in t]
+    assert len(marked) == len(set(marked))  # each marked letter once: the first CRANE's line gives way to the second's
+    assert tokens[-6:] == [": ", "C(-)₁", " R(~)₂", " A(-)₃", " N(~)₄", " E(-)₅"]
+    assert tokens[tokens.index("\n") + 1] == ": "  # the opener's spelling dropped
     assert "⟦" not in "".join(TOKENIZER.tokenize(reply_text(history, "ROBIN")))
     assert round_trips(TOKENIZER, reply_text(history, "ROBIN"))  # replies are untouched
     assert TOKENIZER.convert_tokens_to_ids("⟦CRANE⟧") in prompt_only_ids(TOKENIZER)  # never generated
     assert len(past_guess_ids(TOKENIZER)) == len(WORDS)
+
+
+def test_a_marked_letter_is_kept_only_in_the_last_line_that_holds_it_in_its_column():
+    # L green in columns 4 and 5 of three lines would pull L's think letters three times as hard as one line does.
+    tokens = TOKENIZER.tokenize(user_message(history_for("STILL", ["RAISE", "SWILL", "SKILL", "SPILL"])))
+    assert tokens[tokens.index("⟦SWILL⟧") : tokens.index("⟦SKILL⟧")] == ["⟦SWILL⟧", ": ", "W(-)₂", "\n"]
+    assert tokens[-5:] == ["S(✓)₁", " P(-)₂", " I(✓)₃", " L(✓)₄", " L(✓)₅"]
+    assert {"R(-)₁", " S(~)₄"} <= set(tokens)  # S in another column, or with another mark, is another constraint
 
 
 @settings(max_examples=100, deadline=None)
@@ -233,7 +260,9 @@ def test_prompts_are_short():
     five = history_for("ROBIN", ["SOARE", "CLINT", "BUMPH", "FOLKY", "GAWKS"])
     last = TOKENIZER.apply_chat_template(render_prompt(five), add_generation_prompt=True, return_dict=False)
     assert len(first) == 8
-    assert len(last) == 8 + 5 * 7  # per line: ': ', 5 marked letters, newline (none of these guesses is an answer)
+    # per line: ': ', 5 marked letters, newline (none of these guesses is an answer), less O(✓)₂ and K(-)₄ in the
+    # lines that a later one repeats them in
+    assert len(last) == 8 + 5 * 7 - 2
     answered = history_for("ROBIN", ["CRANE"])  # an answer's spelling is one token
     assert (
         len(TOKENIZER.apply_chat_template(render_prompt(answered), add_generation_prompt=True, return_dict=False)) == 16
@@ -499,6 +528,22 @@ def test_slowed_optimizer_moves_the_wired_path_at_its_share_of_every_step(rate):
             assert step[rows].abs().max() > 1e-5  # the rows did move
         else:
             assert torch.allclose(moved["slowed"][n], (rate if n in wired else 1.0) * step, rtol=1e-3, atol=1e-7), n
+
+
+# (the best listed candidate's logit, the likeliest think letter's, the hinge): the hinge is the part of MARGIN that
+# the gap does not cover, so a state where the think letter already trails by MARGIN costs nothing.
+HINGE_CASES = [(10.0, 1.0, 0.0), (10.0, 2.0, 0.0), (10.0, 5.0, MARGIN - 5.0), (10.0, 12.0, MARGIN + 2.0)]
+
+
+@pytest.mark.parametrize(("best", "letter", "hinge"), HINGE_CASES)
+def test_the_think_letter_hinge_keeps_every_think_letter_margin_under_the_best_candidate(best, letter, hinge):
+    think = TOKENIZER.convert_tokens_to_ids(list(THINK_LETTERS))
+    candidate, other, unlisted = TOKENIZER.convert_tokens_to_ids(["CRANE", "SLATE", "ROBIN"])
+    logits = torch.zeros(1, len(TOKENIZER))
+    logits[0, [candidate, other, think[7]]] = torch.tensor([best, best - 3.0, letter])
+    logits[0, unlisted] = 50.0  # no candidate of the state: it never counts as the best
+    listed = torch.tensor([[other, candidate, -1]])  # padded
+    assert think_letter_hinge(logits, listed, think).item() == pytest.approx(hinge)
 
 
 def test_past_guess_heads_keep_the_mean_and_save_as_the_same_llama():

@@ -11,7 +11,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments
 
 from tinymodel.data import collate
+from tinymodel.tokenizer import THINK_LETTERS
 
+MARGIN = 8.0  # logits the best candidate keeps over the likeliest think letter at the word (SoftTargetTrainer)
 WEIGHT_DECAY = 0.01  # AdamW's, in the slowed optimizer (on its matrices) and in the Trainer's own
 
 
@@ -41,11 +43,30 @@ class StopAfter(TrainerCallback):
         return control
 
 
+def think_letter_hinge(word_logits: torch.Tensor, listed: torch.Tensor, think_ids: list[int]) -> torch.Tensor:
+    """Per row, how far the likeliest think letter's logit is above ``MARGIN`` under the best candidate's (0 when the
+    gap is ``MARGIN`` or more). ``word_logits``: rows x vocabulary at the word step; ``listed``: each row's candidate
+    ids, padded with -1."""
+    valid = listed >= 0
+    best = word_logits.gather(-1, listed.clamp(min=0)).masked_fill(~valid, float("-inf")).max(-1).values
+    letter = word_logits[:, think_ids].max(-1).values
+    return torch.relu(MARGIN - (best - letter))
+
+
 class SoftTargetTrainer(Trainer):
     """Cross-entropy on the reply's tokens, except that the guessed answer is scored against the
     uniform distribution over *all* candidate answers of the state rather than the one sampled:
     every row then teaches the whole set of words that fit (no previous guess among them), where a
-    sampled target teaches one, noisily. Measured: docs/embedded-model.md, the table of tries."""
+    sampled target teaches one, noisily. Measured: docs/embedded-model.md, the table of tries.
+
+    A hinge at the word keeps the likeliest think letter's logit ``MARGIN`` under the best candidate's. Each think
+    letter's output row points toward the answers with that letter in its column, so GRPO's steps toward those
+    answers lift the letter too, until it takes the guess; cross-entropy stops pushing once the letter is unlikely,
+    and the hinge leaves it room (docs/research-log.md)."""
+
+    def __init__(self, *args, think_ids: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.think_ids = think_ids
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         word_pos, cands, labels = inputs.pop("word_pos"), inputs.pop("candidates"), inputs.pop("labels")
@@ -59,7 +80,8 @@ class SoftTargetTrainer(Trainer):
         listed = cands[rows]
         valid = listed >= 0
         soft = -(word_logp.gather(-1, listed.clamp(min=0)) * valid).sum(-1) / valid.sum(-1).clamp(min=1)
-        loss = (token_nll.sum() + soft.sum()) / (mask.sum() + len(rows)).clamp(min=1)
+        hinge = think_letter_hinge(outputs.logits[rows, word_pos[rows] - 1].float(), listed, self.think_ids)
+        loss = (token_nll.sum() + soft.sum() + hinge.sum()) / (mask.sum() + len(rows)).clamp(min=1)
         return (loss, outputs) if return_outputs else loss
 
 
@@ -143,6 +165,7 @@ def train(
     )
     trainer = SoftTargetTrainer(
         model=model,
+        think_ids=tokenizer.convert_tokens_to_ids(list(THINK_LETTERS)),
         args=config,
         optimizers=(optimizer, None),
         train_dataset=encoded,

@@ -163,7 +163,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     pieces = f"{words}|⟦[A-Z]{{5}}⟧|{pieces}"
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"{pieces}|[\\s\\S]"), behavior="isolated")
-    backend.normalizer = normalizers.Sequence([_column_tagger(), _think_tagger(), _past_guess_marker()])
+    backend.normalizer = normalizers.Sequence([_column_tagger(), _once(), _think_tagger(), _past_guess_marker()])
     # Decoded, a past answer reads as its word again (a past guess that is no answer stays dropped).
     backend.decoder = decoders.Sequence(
         [decoders.Replace(Regex(f"[{COLUMN_TAGS}]"), ""), decoders.Replace(Regex("[⟦⟧]"), ""), decoders.Fuse()]
@@ -198,6 +198,14 @@ def _column_tagger() -> normalizers.Normalizer:
             for m in MARKS
         ]
     return normalizers.Sequence(rules)
+
+
+def _once() -> normalizers.Normalizer:
+    """Drops a tagged marked letter that the prompt holds again later (``L(✓)₄`` in four lines is kept in the last):
+    a repeated token says nothing new, and layer 0's mean counted it, so a green shared by four lines pulled its
+    think letter four times as hard and outbid the think's closing tag (docs/research-log.md)."""
+    marks = "".join(MARKS)
+    return normalizers.Replace(Regex(f" ?([A-Z]\\([{marks}]\\)[{COLUMN_TAGS}])(?=[\\s\\S]*\\1)"), "")
 
 
 def _think_tagger() -> normalizers.Normalizer:

@@ -44,9 +44,9 @@ class StopAfter(TrainerCallback):
 
 
 def think_letter_hinge(word_logits: torch.Tensor, listed: torch.Tensor, think_ids: list[int]) -> torch.Tensor:
-    """Per row, how far the likeliest think letter's logit is above ``MARGIN`` under the best candidate's (0 when the
-    gap is ``MARGIN`` or more). ``word_logits``: rows x vocabulary at the word step; ``listed``: each row's candidate
-    ids, padded with -1."""
+    """Per row, what the gap from the best candidate's logit down to the likeliest think letter's lacks of ``MARGIN``
+    (0 once the letter trails by ``MARGIN`` or more). ``word_logits``: rows x vocabulary at the word step; ``listed``:
+    each row's candidate ids, padded with -1."""
     valid = listed >= 0
     best = word_logits.gather(-1, listed.clamp(min=0)).masked_fill(~valid, float("-inf")).max(-1).values
     letter = word_logits[:, think_ids].max(-1).values

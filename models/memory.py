@@ -299,8 +299,9 @@ ASSUMED_PROMPT_TOKENS = 256
 
 
 def longest_prompt_tokens(tokenizer) -> int:
-    """Tokens of the longest prompt a game can reach: the last turn's, five guesses in."""
-    guesses = ["SOARE", "CLINT", "DUMPY", "FIGHT", "WHELK"][: MAX_GUESSES - 1]
+    """Tokens of the longest prompt a game can reach: the last turn's, five guesses in, no two of which mark the same
+    letter the same way in the same column (the embedded model's tokenizer keeps such a letter once)."""
+    guesses = ["SOARE", "CLINK", "DUMPY", "FIGHT", "WHELK"][: MAX_GUESSES - 1]
     messages = render_prompt(history_for("BOXER", guesses))
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
     return len(encoded["input_ids"])

@@ -196,6 +196,7 @@ def wire_guess_bag(
     rows[word_ids] = 0
     rows[word_ids, :rank] = words * row_norm / words.norm(dim=1).mean()
     embeddings.copy_(rows)
+    model.get_output_embeddings().weight.copy_(rows)  # untied: the answers' output vectors start as their rows
     for i, layer in enumerate(model.model.layers):
         attention = layer.self_attn
         if i == 0:

@@ -131,7 +131,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, scale: Scale, seed: int) -> 
         num_attention_heads=scale.num_heads,
         num_key_value_heads=scale.num_kv_heads,
         max_position_embeddings=tokenizer.model_max_length,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,

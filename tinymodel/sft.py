@@ -112,15 +112,16 @@ def slowed_optimizer(
         if (params := [p for slow, p in named if slow == is_slow and (p.ndim >= 2) == matrix])
     ]
     optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-8)
-    embeddings = model.get_input_embeddings().weight
+    matrices = list({id(m): m for m in (model.get_input_embeddings().weight, model.get_output_embeddings().weight)}.values())
     rows = torch.tensor(sorted(set(slow_rows)), dtype=torch.long)
     before: list[torch.Tensor] = []
 
     def keep(opt, args, kwargs):
-        before[:] = [embeddings.data[rows].clone()]
+        before[:] = [m.data[rows].clone() for m in matrices]
 
     def slow_down(opt, args, kwargs):
-        embeddings.data[rows] = before[0] + rate * (embeddings.data[rows] - before[0])
+        for m, b in zip(matrices, before):
+            m.data[rows] = b + rate * (m.data[rows] - b)
 
     if len(rows) and rate != 1.0:
         optimizer.register_step_pre_hook(keep)

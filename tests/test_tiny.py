@@ -519,8 +519,9 @@ def test_slowed_optimizer_moves_the_wired_path_at_its_share_of_every_step(rate):
         moved[name] = {n: p.detach() - before[n] for n, p in model.named_parameters()}
     wired = [n for n in moved["full"] if n.startswith(WIRED_LAYERS)]
     assert len(wired) == 4  # layer 0's value and output projections (their biases) and its input norm
+    assert "lm_head.weight" in moved["full"]  # untied: a matrix of its own, whose answer rows are slowed too
     for n, step in moved["full"].items():
-        if n == "model.embed_tokens.weight":
+        if n in ("model.embed_tokens.weight", "lm_head.weight"):
             others = torch.ones(len(TOKENIZER), dtype=torch.bool)
             others[rows] = False
             assert torch.allclose(moved["slowed"][n][rows], rate * step[rows], rtol=1e-3, atol=1e-7)

@@ -170,7 +170,8 @@ def wire_guess_bag(
       layer 0's RMSNorm scales them all alike instead of reweighting them. Each token's slack points its own
       random way: a row the bag hardly uses (eos, the reply's tags and letters) is mostly slack, and one shared
       slack direction started them all as one vector, which SFT never pulled far apart (cosine 0.8-0.9 after it);
-      eos then took the mass of a doubtful think letter and broke the reply;
+      eos then took the mass of a doubtful think letter and broke the reply. The output layer (untied) starts as a
+      copy of these rows, so the answers' output vectors are the bag's;
     - layer 0: queries and keys zero (uniform attention over the prefix, so its output is the mean),
       values and output projections the identity;
     - later layers and every MLP start at a tenth of their output scale, close to the identity, so
@@ -196,7 +197,7 @@ def wire_guess_bag(
     rows[word_ids] = 0
     rows[word_ids, :rank] = words * row_norm / words.norm(dim=1).mean()
     embeddings.copy_(rows)
-    model.get_output_embeddings().weight.copy_(rows)  # untied: the answers' output vectors start as their rows
+    model.get_output_embeddings().weight.copy_(rows)
     for i, layer in enumerate(model.model.layers):
         attention = layer.self_attn
         if i == 0:

@@ -95,10 +95,11 @@ def slowed_optimizer(
     """AdamW (``WEIGHT_DECAY`` on matrices) whose parameters named ``slow_prefixes…`` and embedding rows ``slow_rows``
     take ``rate`` times the step of the rest.
 
-    A parameter group gives the layers their rate; a row of the tied embedding cannot have a group of its own, so a
-    step hook keeps ``rate`` of what the step moved those rows by. Why: the wired guess bag (layer 0's mean over
-    the prompt) reads the feedback from any opening, and SFT at the full rate undoes it (docs/research-log.md); the
-    reply's own tokens (tags, eos, think letters) and the later layers learn the format at the full rate.
+    A parameter group gives the layers their rate; an embedding row cannot have a group of its own, so a step hook
+    keeps ``rate`` of what the step moved those rows by, in the input and (untied) the output embeddings. Why: the
+    wired guess bag (layer 0's mean over the prompt) reads the feedback from any opening, and SFT at the full rate
+    undoes it (docs/research-log.md); the reply's own tokens (tags, eos, think letters) and the later layers learn the
+    format at the full rate.
     """
     named = [(name.startswith(tuple(slow_prefixes)), p) for name, p in model.named_parameters()]
     groups = [
@@ -112,7 +113,8 @@ def slowed_optimizer(
         if (params := [p for slow, p in named if slow == is_slow and (p.ndim >= 2) == matrix])
     ]
     optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-8)
-    matrices = list({id(m): m for m in (model.get_input_embeddings().weight, model.get_output_embeddings().weight)}.values())
+    embeddings, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    matrices = [embeddings] if outputs is embeddings else [embeddings, outputs]
     rows = torch.tensor(sorted(set(slow_rows)), dtype=torch.long)
     before: list[torch.Tensor] = []
 

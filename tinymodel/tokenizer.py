@@ -77,9 +77,9 @@ PAST_GUESSES = tuple(f"⟦{word}⟧" for word in WORDS)
 # trained with them, validation repeats fell from 9.0% to 2.9% (docs/research-log.md).
 UNSPELLED = "(?<![A-Z])[A-Z]{5}(?=: )"
 # Tokens that only prompts use: a reply never holds one, so the model's generation config suppresses
-# them (as Whisper's does for its own). Why: the embeddings are tied, so a token the prompt repeats (a green
-# R in every line) raises its own logit; after GRPO, greedy replies in late, looping states wrote one after
-# "<guess>" (" R(✓)"), 2.8% of turns on the validation secrets (docs/research-log.md).
+# them (as Whisper's does for its own). Why: a token's output row starts as the row it is read by, so a token the
+# prompt repeats (a green R in every line) raises its own logit; after GRPO, greedy replies in late, looping states
+# wrote one after "<guess>" (" R(✓)"), 2.8% of turns on the validation secrets, tied (docs/research-log.md).
 PROMPT_ONLY = (
     USER,
     ASSISTANT,

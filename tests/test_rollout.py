@@ -368,10 +368,12 @@ def test_leaving_out_placeholders_changes_neither_the_loss_nor_its_gradient(scor
     size = trainer.args.per_device_train_batch_size
     k = next(k for k in range(len(live) // size) if 0 < live[k * size : (k + 1) * size].sum() < size)
     micro = {key: v[k * size : (k + 1) * size] if torch.is_tensor(v) and v.ndim else v for key, v in out.items()}
+    micro_live = live[k * size : (k + 1) * size]
     # A model that plays these states alike ties every group's rewards: advantage 0 on every live row, and a loss and
-    # gradient of 0 whatever is dropped. The live rows get an advantage of their own, the placeholders keep their 0.
+    # gradient of 0 whatever is dropped. The live rows get an advantage of their own, the placeholders keep their 0
+    # (a copy: the fixture's batch is shared).
     micro["advantages"] = micro["advantages"].clone()
-    micro["advantages"][live[k * size : (k + 1) * size]] = 1.0
+    micro["advantages"][micro_live] = 1.0
 
     def loss_and_grads(batch):
         trainer.model.zero_grad()
@@ -381,7 +383,7 @@ def test_leaving_out_placeholders_changes_neither_the_loss_nor_its_gradient(scor
 
     whole, whole_grads = loss_and_grads(micro)
     dropped = drop_placeholders(micro)
-    assert len(dropped["prompt_ids"]) == int(live[k * size : (k + 1) * size].sum())
+    assert len(dropped["prompt_ids"]) == int(micro_live.sum())
     kept, kept_grads = loss_and_grads(dropped)
     assert whole != 0 and torch.allclose(kept, whole, atol=1e-6)
     assert len(kept_grads) == len(whole_grads)

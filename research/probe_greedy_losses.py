@@ -1,6 +1,6 @@
 """Where does the embedded model's greedy play lose? Ban one kind of bad guess and replay the games.
 
-    python research/probe_greedy_losses.py                        # the shipped model, 300 held-out games
+    python research/probe_greedy_losses.py                        # the shipped model, the 202 validation games
     python research/probe_greedy_losses.py --adapter outputs/cpu  # the same for a trained adapter
 
 The embedded model guesses an answer as one token right after ``<guess>`` (tinymodel.tokenizer), so
@@ -103,7 +103,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--adapter", default=None)
-    parser.add_argument("--games", type=int, default=300)
+    parser.add_argument("--games", type=int, default=None, help="validation games (default: all 202)")
     parser.add_argument("--mark_past", type=float, default=5.0, help="the scale of the past-guess row (0: no such row)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -113,12 +113,13 @@ def main() -> int:
         BanningPlayer(model, tokenizer, _repeats, "no repeats"),
         BanningPlayer(model, tokenizer, _inconsistent, "no inconsistent"),
     ]
-    print(f"{args.games} held-out games, greedy; {args.model}" + (f" + {args.adapter}" if args.adapter else ""))
+    secrets = select_secrets(args.games, split="val")  # never the held-out secrets: they report the final figure
+    print(f"{len(secrets)} validation games, greedy; {args.model}" + (f" + {args.adapter}" if args.adapter else ""))
     if args.mark_past:
         players.append(BanningPlayer(model, tokenizer, lambda view: set(), f"past marked x{args.mark_past:g}"))
     for player in players:
         handle = mark_past_guesses(model, tokenizer, args.mark_past) if player.name.startswith("past") else None
-        m = compute_metrics(play(player, select_secrets(args.games)))
+        m = compute_metrics(play(player, secrets))
         if handle is not None:
             handle.remove()
         win, lo, hi = (m["win_rate"][k] for k in ("rate", "low", "high"))

@@ -23,8 +23,8 @@ from wordle.game import Game
 
 
 def why_lost(game: Game) -> tuple[str, int]:
-    """``format``, ``contradicts`` or ``neither`` (the first that applies), and the answers still possible
-    before the game's last valid guess."""
+    """``format`` (a reply broke it), else ``contradicts`` (a guess could not be the secret), else ``neither``; and
+    the answers still possible before the game's last valid guess."""
     kind, left = "neither", 0
     for turn, history in zip(game.turns, game.histories(), strict=True):
         if turn.status != "valid":

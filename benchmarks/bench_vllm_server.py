@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     source, _, tokenizer, generation = load_generation_side("tiny")
-    secrets = select_secrets(args.games)
+    secrets = select_secrets(args.games, split="val")  # timing only, but never on the held-out secrets
     server = ServerEngine(args.url, generation, model=("tiny", source), concurrency=args.concurrency)
     local = LocalEngine(load_vllm(source, None, seed=0)[0], generation)
     timed(server, tokenizer, secrets[:2])  # warm both up: the first requests compile and allocate

@@ -1,7 +1,7 @@
 """Why a model loses the games it loses: per lost game, whether a reply broke the format, a guess contradicted the
 feedback, or neither (every guess could still have been the secret), from each opening of an ``evaluate.py --out`` run.
 
-    python evaluate.py --model tiny --adapter OUT --split val --openings own answer allowed answer:2 --no_baselines --out /tmp/val
+    python evaluate.py --adapter OUT --split val --openings own answer allowed answer:2 --no_baselines --out /tmp/val
     python research/probe_lost_games.py /tmp/val/eval.json [more eval.json files]
 
 A game lost with neither is one that reading the feedback did not win: the answers still possible outnumbered the
@@ -18,57 +18,51 @@ import collections
 import json
 from pathlib import Path
 
-from wordle import candidates, is_consistent
-from wordle.game import Game
+from wordle import candidates
+from wordle.game import Game, judged_guesses
 
 
 def why_lost(game: Game) -> tuple[str, int]:
-    """``format`` (a reply broke it), else ``contradicts`` (a guess could not be the secret), else ``neither``; and
-    the answers still possible before the game's last valid guess."""
-    kind, left = "neither", 0
-    for turn, history in zip(game.turns, game.histories(), strict=True):
-        if turn.status != "valid":
-            kind = "format"
-            continue
-        left = len(candidates(history).words())
-        if history and not is_consistent(turn.guess, history) and kind == "neither":
-            kind = "contradicts"
-    return kind, left
+    """``format`` (a reply broke it, or was no word), else ``contradicts`` (a guess could not be the secret, as
+    evaluate.py judges it), else ``neither``; and the answers still possible before the game's last valid guess."""
+    judged = list(judged_guesses(game))
+    left = len(candidates(judged[-1][1]).words()) if judged else 0
+    if any(turn.status != "valid" for turn in game.turns):
+        return "format", left
+    return ("contradicts" if any(contradicts for _, _, contradicts, _ in judged) else "neither"), left
+
+
+def summary(kinds: collections.Counter) -> str:
+    causes = ", ".join(f"{kind} {kinds[kind]}" for kind in ("format", "contradicts", "neither"))
+    return f"lost {kinds.total() - kinds['games']}/{kinds['games']}: {causes}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("eval_json", nargs="+", help="eval.json files written by evaluate.py --out")
-    totals: collections.Counter = collections.Counter()
+    totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # by opening
     for path in parser.parse_args().eval_json:
         print(path)
         for player in json.loads(Path(path).read_text())["players"]:
             if player["kind"] == "baseline":
                 continue
-            kinds: collections.Counter = collections.Counter()
+            kinds: collections.Counter = collections.Counter(games=len(player["games"]))
             families = []
-            for data in player["games"]:
-                game = Game.from_dict(data)  # its start is the given opening
+            for game in map(Game.from_dict, player["games"]):  # each start is the given opening
                 if game.won:
                     continue
                 kind, left = why_lost(game)
                 kinds[kind] += 1
                 if kind == "neither":
                     families.append(f"{game.secret} ({left} left)")
-            totals.update({(player["opening"], k): v for k, v in kinds.items()})
-            totals[(player["opening"], "games")] += len(player["games"])
+            totals[player["opening"]].update(kinds)
             print(
-                f"  {player['label']}, {player['opening']:<9} lost {sum(kinds.values())}/{len(player['games'])}: "
-                f"format {kinds['format']}, contradicts {kinds['contradicts']}, neither {kinds['neither']}"
+                f"  {player['label']}, {player['opening']:<9} {summary(kinds)}"
                 + (f" | {', '.join(families)}" if families else "")
             )
-    openings = dict.fromkeys(opening for opening, _ in totals)
     print("over every file:")
-    for opening in openings:
-        games, kinds = totals[(opening, "games")], [totals[(opening, k)] for k in ("format", "contradicts", "neither")]
-        print(
-            f"  {opening:<9} lost {sum(kinds)}/{games}: format {kinds[0]}, contradicts {kinds[1]}, neither {kinds[2]}"
-        )
+    for opening, kinds in totals.items():
+        print(f"  {opening:<9} {summary(kinds)}")
 
 
 if __name__ == "__main__":

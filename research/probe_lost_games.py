@@ -32,9 +32,13 @@ def why_lost(game: Game) -> tuple[str, int]:
     return ("contradicts" if any(contradicts for _, _, contradicts, _ in judged) else "neither"), left
 
 
+CAUSES = ("format", "contradicts", "neither")  # each lost game counts once, as the first that applies
+
+
 def summary(kinds: collections.Counter) -> str:
-    causes = ", ".join(f"{kind} {kinds[kind]}" for kind in ("format", "contradicts", "neither"))
-    return f"lost {kinds.total() - kinds['games']}/{kinds['games']}: {causes}"
+    """``kinds``: games lost by cause, and ``games``, every game played."""
+    lost = sum(kinds[cause] for cause in CAUSES)
+    return f"lost {lost}/{kinds['games']}: " + ", ".join(f"{cause} {kinds[cause]}" for cause in CAUSES)
 
 
 def main() -> None:

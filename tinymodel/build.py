@@ -1,5 +1,5 @@
 """Building the embedded model: a small Qwen2, the wired guess bag and past-guess heads, supervised training, a
-held-out score; saved as a Llama (the heads make its attention wider than its hidden size).
+validation score; saved as a Llama (the heads make its attention wider than its hidden size).
 
 ``python -m tinymodel`` (or :func:`build`) rebuilds the shipped model in ``tinymodel/model`` (20 to 30
 minutes on one CPU core, by the machine's speed; training stops early if a busy machine would push it
@@ -262,9 +262,16 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tinymodel", description=" ".join(__doc__.split("\n\n", 1)[0].split())
+    )
     parser.add_argument("--out", type=Path, default=MODEL_DIR, help="directory to write (default: %(default)s)")
-    parser.add_argument("--scale", choices=list(SCALES), default="full")
+    parser.add_argument(
+        "--scale",
+        choices=list(SCALES),
+        default="full",
+        help="full: the shipped model's size and steps; ci: a throwaway model in seconds, for tests (default: full)",
+    )
     parser.add_argument(
         "--seed", type=int, default=0, help="the build seed: initial weights, rows and their order (default: 0)"
     )

@@ -8,6 +8,8 @@ import random
 import re
 import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import datasets
 import pytest
@@ -33,7 +35,7 @@ from tinymodel.bag import (
     guess_states,
     wire_guess_bag,
 )
-from tinymodel.build import SCALES, WIRED_LAYERS, build, build_model
+from tinymodel.build import BUILD_LIBRARIES, SCALES, WIRED_LAYERS, build, build_model
 from tinymodel.build import main as tiny_main
 from tinymodel.data import encode, game_rows, opener, reply_text, think_text
 from tinymodel.sft import MARGIN, slowed_optimizer, think_letter_hinge
@@ -584,12 +586,17 @@ def test_ci_build_saves_a_model_that_loads_like_a_hub_model(ci_model):
         assert (ci_model / name).is_file(), name
     info = json.loads((ci_model / "build_info.json").read_text())
     ci = SCALES["ci"]
-    # Recipe 10 stops SFT part way along its schedule, by step count, not by the clock.
+    # SFT stops part way along its schedule, by step count, not by the clock.
     assert info["scale"] == "ci" and info["steps"] == ci.past_guess_sft_steps < info["max_steps"] == ci.steps
     assert not info["stopped_early"]
+    # What decides the bytes besides the code and the seed: the libraries SFT runs through, and the CPU.
+    assert info["libraries"] == {name: metadata.version(name) for name in BUILD_LIBRARIES}
+    assert info["libraries"]["torch"] == torch.__version__ and info["cpu"]
+    if platform.machine() == "x86_64" and Path("/proc/cpuinfo").is_file():
+        assert re.search(r"\(family \d+, model \d+\)$", info["cpu"]), info["cpu"]  # a cloud CPU's bare name says little
     model = AutoModelForCausalLM.from_pretrained(ci_model)
     tokenizer = AutoTokenizer.from_pretrained(ci_model)
-    # Recipe 10 is a Llama: the past-guess heads make the attention wider than the hidden size.
+    # A Llama: the past-guess heads make the attention wider than the hidden size.
     assert isinstance(model, LlamaForCausalLM) and model.config.model_type == "llama"
     assert model.config.num_attention_heads == ci.num_heads + ci.past_guess_heads
     assert model.config.head_dim == ci.hidden_size // ci.num_heads

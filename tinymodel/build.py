@@ -14,11 +14,13 @@ import argparse
 import dataclasses
 import json
 import logging
+import platform
 import random
 import shlex
 import tempfile
 import time
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -46,6 +48,24 @@ WIRED_LAYERS = (
     "model.layers.0.self_attn.o_proj.",
     "model.layers.0.input_layernorm.",
 )
+# Recorded in build_info.json with the CPU: besides the code and the seed, what decides the bytes. The same code on
+# the same kind of CPU (an AMD EPYC, AVX2 kernels pinned) has built other weights (research log, e107), so a rebuild
+# that differs is told apart by these.
+BUILD_LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "numpy")
+
+
+def cpu_name() -> str:
+    """The CPU's model name with its family and model numbers (Linux's /proc/cpuinfo: a cloud CPU's name is often
+    only "AMD EPYC"), else what :mod:`platform` knows."""
+    try:
+        first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]  # the first core's block
+    except OSError:
+        first = ""
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if fields.get("cpu family") and fields.get("model"):
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +272,8 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in scores.items()},
         "train_seconds": round(train_seconds, 1),
         "build_seconds": round(time.monotonic() - started, 1),
-        "torch": torch.__version__,
+        "libraries": {name: metadata.version(name) for name in BUILD_LIBRARIES},
+        "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "cpu_kernels": kernels,
         "command": "python -m tinymodel " + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}"]),

@@ -48,9 +48,9 @@ WIRED_LAYERS = (
     "model.layers.0.self_attn.o_proj.",
     "model.layers.0.input_layernorm.",
 )
-# Recorded in build_info.json with the CPU: besides the code and the seed, what decides the bytes. The same code on
-# the same kind of CPU (an AMD EPYC, AVX2 kernels pinned) has built other weights (research log, e107), so a rebuild
-# that differs is told apart by these.
+# Recorded in build_info.json with the CPU: besides the code and the seed, what decides the bytes. The same code, pins
+# and torch have built other weights on another model of AMD EPYC (research log, e107), so a rebuild that differs is
+# told apart by these.
 BUILD_LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "numpy")
 
 

@@ -3,7 +3,6 @@
 import os
 import sys
 
-import runtime.quiet  # noqa: F401  before bitsandbytes loads (see its docstring)
 from tinymodel import BUILD_KERNELS
 
 for name, value in BUILD_KERNELS.items():  # before torch loads: it reads them once

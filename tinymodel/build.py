@@ -89,7 +89,7 @@ class Scale:
     num_kv_heads: int
     past_guess_heads: int  # added to every layer; in layer 0 they average the past-guess tokens alone
     past_guess_sft_steps: int  # with those heads, SFT stops after this many steps of its ``steps``-long schedule
-    eval_games: int  # full games on held-out secrets after the build
+    eval_games: int  # full games on the validation secrets after the build (at most all 202 of them)
     max_seconds: float
 
 
@@ -112,9 +112,11 @@ SCALES: dict[str, Scale] = {
         num_heads=8,
         num_kv_heads=8,  # the wiring copies values through: one key/value head per head
         past_guess_heads=8,  # the full width: 2 of the 8 taken from the mean did no better
-        # Stopped with the rate at a fifth of its peak: two builds stopped near there by the clock started GRPO at
-        # 62% and 67% on the validation secrets and ended it at 82% and 79%; a 700-step schedule run to its end
-        # started at 50.5% (docs/research-log.md). It also keeps the wider model within 30 minutes.
+        # Stopped with the rate at a fifth of its peak, where the start already reads the feedback from any opening.
+        # Stopped sooner it is a weaker player that GRPO lifts but does not bring back: at step 450 (the rate at 0.59)
+        # two builds started at 88% and 93% from their own opening on validation, and after 200 GRPO steps both
+        # played worse in every setting than their own step-672 weights before any (research log, e106). It also
+        # keeps the wider model within 30 minutes.
         past_guess_sft_steps=672,
         eval_games=300,
         max_seconds=2400.0,  # a guard against a slow or busy machine only: alone, a build takes about 28 minutes

@@ -49,8 +49,8 @@ WIRED_LAYERS = (
     "model.layers.0.input_layernorm.",
 )
 # Recorded in build_info.json with the CPU: besides the code and the seed, what decides the bytes. The same code, pins
-# and torch have built other weights on another model of AMD EPYC (research log, e107), so a rebuild that differs is
-# told apart by these.
+# and torch have built other weights on an AMD EPYC, where MKL ignores the pins (research log, e107, e108), so a
+# rebuild that differs is told apart by these.
 BUILD_LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "numpy")
 
 

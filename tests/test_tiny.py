@@ -6,6 +6,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -21,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 import grpo_train
 import tinymodel
 import tinymodel.build
+import tinymodel.mkl
 from evaluation.play import ModelPlayer
 from evaluation.run import evaluate_model
 from models.source import model_source
@@ -687,6 +689,60 @@ def test_the_build_command_pins_the_cpu_kernels_and_one_thread(tmp_path):
     subprocess.run(command, check=True, env=env, capture_output=True)
     info = json.loads((tmp_path / "ci" / "build_info.json").read_text())
     assert (info["cpu_kernels"], info["torch_threads"]) == ("AVX2", 1)
+    if shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
+        assert info["mkl_path"] != tinymodel.mkl.OWN  # with a compiler, never MKL's own path on another maker's CPU
+
+
+INTEL_CPU = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse2 avx avx2 avx512f\n\nprocessor\t: 1\n"
+AMD_CPU = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu sse2 avx avx2 fma\n"
+OLD_AMD_CPU = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx\n"
+HYGON_CPU = "processor\t: 0\nvendor_id\t: HygonGenuine\nflags\t\t: fpu avx2\n"
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "machine", "answer"),
+    [
+        (INTEL_CPU, "x86_64", False),  # MKL takes the pinned AVX2 path by itself
+        (AMD_CPU, "x86_64", True),
+        (HYGON_CPU, "x86_64", True),  # any maker but Intel
+        (OLD_AMD_CPU, "x86_64", False),  # no AVX2: no path of MKL's is the shipped one's
+        (AMD_CPU, "aarch64", False),
+        ("", "x86_64", False),  # no /proc/cpuinfo: nothing known to act on
+    ],
+)
+def test_mkl_maker_check_is_answered_only_on_another_makers_avx2_cpu(cpuinfo, machine, answer):
+    assert tinymodel.mkl.needs_answer(tinymodel.mkl.cpu_fields(cpuinfo), machine) is answer
+
+
+def test_cpu_fields_reads_the_first_core():
+    fields = tinymodel.mkl.cpu_fields(INTEL_CPU)
+    assert fields["vendor_id"] == "GenuineIntel" and "avx2" in fields["flags"].split() and "processor" in fields
+
+
+@pytest.mark.skipif(
+    not tinymodel.mkl.needs_answer(tinymodel.mkl.cpu_fields(), platform.machine())
+    or not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")),
+    reason="MKL's maker check is answered on another maker's x86-64 CPU with AVX2, with a C compiler",
+)
+def test_answered_mkl_takes_its_avx2_path_on_another_makers_cpu():
+    # MKL's banner names the path it takes: "Intel(R) Architecture processors" is its own path on another maker's CPU.
+    code = (
+        "import os; os.environ['MKL_ENABLE_INSTRUCTIONS'] = 'AVX2'\n"
+        "from tinymodel.mkl import answer_intel\n"
+        "assert answer_intel() is None\n"
+        "import torch; a = torch.ones(64, 64); a @ a\n"
+    )
+    env = os.environ | {"MKL_VERBOSE": "1"}
+    banner = subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True).stdout
+    assert "Intel(R) AVX2) enabled processors" in banner
+    code = code.replace("from tinymodel.mkl import answer_intel\nassert answer_intel() is None\n", "")
+    banner = subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True).stdout
+    assert "Intel(R) Architecture processors" in banner  # the same, unanswered: MKL's own path
+
+
+def test_mkl_answer_refuses_once_torch_has_loaded():
+    with pytest.raises(RuntimeError, match="before torch is imported"):
+        tinymodel.mkl.answer_intel()
 
 
 def test_ci_build_is_deterministic_in_its_seed(ci_model, tmp_path):

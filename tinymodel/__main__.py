@@ -8,6 +8,11 @@ from tinymodel import BUILD_KERNELS
 for name, value in BUILD_KERNELS.items():  # before torch loads: it reads them once
     os.environ.setdefault(name, value)
 
+from tinymodel.mkl import answer_intel
+
+if (why_not := answer_intel()) is not None:  # before torch loads: MKL asks once
+    print(f"python -m tinymodel: {why_not}; MKL takes its own path on this CPU, other weights", file=sys.stderr)
+
 from tinymodel.build import main
 
 sys.exit(main())

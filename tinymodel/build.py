@@ -30,6 +30,7 @@ from evaluation.run import evaluate_model, select_secrets
 from tinymodel import MODEL_DIR
 from tinymodel.bag import add_past_guess_heads, as_llama, fit_guess_bag, wire_guess_bag
 from tinymodel.data import encode, game_rows
+from tinymodel.mkl import OWN, cpu_fields, mkl_path
 from tinymodel.sft import WallClock, slowed_optimizer, train
 from tinymodel.tokenizer import TAGGED_LETTERS, WORDS, build_tokenizer, past_guess_ids, prompt_only_ids, save_tokenizer
 from wordle import Solver, train_secrets
@@ -57,11 +58,7 @@ BUILD_LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "tokenizer
 def cpu_name() -> str:
     """The CPU's model name with its family and model numbers (Linux's /proc/cpuinfo: a cloud CPU's name is often
     only "AMD EPYC"), else what :mod:`platform` knows."""
-    try:
-        first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]  # the first core's block
-    except OSError:
-        first = ""
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+    fields = cpu_fields()
     name = fields.get("model name") or platform.processor() or platform.machine()
     if fields.get("cpu family") and fields.get("model"):
         name += f" (family {fields['cpu family']}, model {fields['model']})"
@@ -186,11 +183,14 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
     spec = SCALES[scale]
     kernels = torch.backends.cpu.get_cpu_capability()
+    # Only `python -m tinymodel` pins the kernels (tinymodel.BUILD_KERNELS) and answers MKL's maker check
+    # (tinymodel.mkl): called from Python, torch has loaded already.
     if kernels.startswith("AVX512") and scale == "full":
-        # Only `python -m tinymodel` pins the kernels (tinymodel.BUILD_KERNELS): here torch has loaded already.
         logger.warning(
             "%s kernels: the weights will differ from the shipped ones (python -m tinymodel pins AVX2)", kernels
         )
+    if mkl_path() == OWN and scale == "full":
+        logger.warning("MKL's own path on this CPU: the weights will differ from the shipped ones (see tinymodel.mkl)")
     out_dir = Path(out_dir)
     started = time.monotonic()
     solver = Solver()
@@ -278,6 +278,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "cpu_kernels": kernels,
+        "mkl_path": mkl_path(),
         "command": "python -m tinymodel " + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}"]),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")

@@ -37,8 +37,7 @@ MODEL_DIR = Path(__file__).resolve().parent / "model"
 # Why: SFT's 672 steps turn the float differences between kernels into other weights. Built with AVX-512 kernels
 # (torch's choice on an AVX-512 CPU) a build gave other weights that played worse; pinned to AVX2 the same machine
 # rebuilt the shipped weights byte for byte (docs/research-log.md). MKL, which does the matrix products, honours its pin
-# on Intel CPUs only: on an AMD CPU it takes a path of its own whatever is set, and the same build gave other weights.
-# MKL_CBWR=COMPATIBLE, MKL's one path common to both makers, is not set: it made a build 32 minutes on one core (e108).
+# on Intel CPUs only; on another maker's CPU ``python -m tinymodel`` answers MKL's maker check first (tinymodel.mkl).
 BUILD_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 BUILD_COMMAND = "python -m tinymodel"  # writes MODEL_DIR by default
 # The files that make a loadable model directory.

@@ -49,9 +49,9 @@ WIRED_LAYERS = (
     "model.layers.0.self_attn.o_proj.",
     "model.layers.0.input_layernorm.",
 )
-# Recorded in build_info.json with the CPU: besides the code and the seed, what decides the bytes. The same code, pins
-# and torch have built other weights on an AMD EPYC, where MKL ignores the pins (research log, e107, e108), so a
-# rebuild that differs is told apart by these.
+# Recorded in build_info.json with the CPU and MKL's path: besides the code and the seed, what decides the bytes, so
+# that a rebuild that differs is told apart by these (an AMD EPYC built other weights until MKL took its AVX2 path
+# there: research log, e107, e108).
 BUILD_LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "numpy")
 
 

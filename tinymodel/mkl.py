@@ -4,8 +4,9 @@ MKL does torch's matrix products on x86. It honours the build's ``MKL_ENABLE_INS
 any other maker's CPU it takes a path of its own, whatever is set, and SFT's 672 steps turn that path's float
 differences into other weights. MKL asks ``mkl_serv_intel_cpu_true()`` which maker it runs on, through the dynamic
 linker, so a one-line definition of it loaded ahead of torch answers "Intel" (the known workaround for MKL on AMD
-CPUs): MKL then takes its AVX2 path there too, which AVX2 is all it needs. MKL's only path documented as the same on
-both makers, ``MKL_CBWR=COMPATIBLE``, made a build 32 minutes on one core (docs/research-log.md, e107, e108).
+CPUs): MKL then takes its AVX2 path there too, for which AVX2 is all it needs. So answered, an AMD EPYC rebuilt the
+shipped weights byte for byte, in 17 minutes on one core. MKL's only path documented as the same on both makers,
+``MKL_CBWR=COMPATIBLE``, gives other weights and made a build 32 minutes (docs/research-log.md).
 
 This module imports nothing heavy: it must run before torch loads, as ``python -m tinymodel`` calls it.
 """

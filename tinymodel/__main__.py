@@ -11,7 +11,7 @@ for name, value in BUILD_KERNELS.items():  # before torch loads: it reads them o
 from tinymodel.mkl import answer_intel
 
 if (why_not := answer_intel()) is not None:  # before torch loads: MKL asks once
-    print(f"python -m tinymodel: {why_not}; MKL takes its own path on this CPU, other weights", file=sys.stderr)
+    print(f"python -m tinymodel: {why_not}; MKL takes its own path and the weights will differ", file=sys.stderr)
 
 from tinymodel.build import main
 

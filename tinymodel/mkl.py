@@ -14,6 +14,7 @@ This module imports nothing heavy: it must run before torch loads, as ``python -
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import shutil
 import subprocess
@@ -26,9 +27,7 @@ INTEL = "GenuineIntel"
 # (MKL_VERBOSE=1), so that the banner names the path taken.
 SHIM_SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 
-# What build_info.json's "mkl_path" says.
-NATIVE = "AVX2 (an Intel CPU)"
-ANSWERED = "AVX2 (another maker's CPU, MKL's maker check answered)"
+# What build_info.json's "mkl_path" says, besides Intel's dispatch to MKL_ENABLE_INSTRUCTIONS (see mkl_path).
 OWN = "its own (another maker's CPU)"
 NOT_X86 = "none (not an x86-64 CPU)"
 UNKNOWN = "unknown (no /proc/cpuinfo to name the CPU's maker)"
@@ -90,6 +89,7 @@ def mkl_path() -> str:
     vendor = cpu_fields().get("vendor_id")
     if vendor is None:
         return UNKNOWN
-    if vendor == INTEL:
-        return NATIVE
-    return ANSWERED if _answered else OWN
+    if vendor != INTEL and not _answered:
+        return OWN
+    pin = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "not pinned")
+    return f"Intel's, {pin}" + ("" if vendor == INTEL else " (another maker's CPU, MKL's maker check answered)")

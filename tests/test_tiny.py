@@ -740,6 +740,20 @@ def test_answered_mkl_takes_its_avx2_path_on_another_makers_cpu():
     assert "Intel(R) Architecture processors" in banner  # the same, unanswered: MKL's own path
 
 
+@pytest.mark.skipif(
+    not tinymodel.mkl.needs_answer(tinymodel.mkl.cpu_fields(), platform.machine()),
+    reason="MKL's maker check is answered on another maker's x86-64 CPU with AVX2",
+)
+def test_without_a_c_compiler_the_build_command_says_so_in_one_line(tmp_path):
+    env = os.environ | {"PATH": str(tmp_path)}  # no cc, gcc or clang
+    command = [sys.executable, "-m", "tinymodel", "--scale", "ci", "--out", str(tmp_path / "ci")]
+    done = subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+    said = [line for line in done.stderr.splitlines() if line.startswith("python -m tinymodel:")]
+    why = "no C compiler (cc, gcc or clang) to build MKL's maker answer"
+    assert said == [f"python -m tinymodel: {why}; MKL takes its own path and the weights will differ"]
+    assert json.loads((tmp_path / "ci" / "build_info.json").read_text())["mkl_path"] == tinymodel.mkl.OWN
+
+
 def test_mkl_answer_refuses_once_torch_has_loaded():
     with pytest.raises(RuntimeError, match="before torch is imported"):
         tinymodel.mkl.answer_intel()

@@ -6,7 +6,6 @@ import os
 import platform
 import random
 import re
-import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -689,10 +688,12 @@ def test_the_build_command_pins_the_cpu_kernels_and_one_thread(tmp_path):
     subprocess.run(command, check=True, env=env, capture_output=True)
     info = json.loads((tmp_path / "ci" / "build_info.json").read_text())
     assert (info["cpu_kernels"], info["torch_threads"]) == ("AVX2", 1)
-    if shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
+    if tinymodel.mkl.c_compiler():
         assert info["mkl_path"] != tinymodel.mkl.OWN  # with a compiler, never MKL's own path on another maker's CPU
 
 
+# Where MKL's maker check is answered: another maker's x86-64 CPU with AVX2.
+ANSWERED_HERE = tinymodel.mkl.needs_answer(tinymodel.mkl.cpu_fields(), platform.machine())
 INTEL_CPU = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse2 avx avx2 avx512f\n\nprocessor\t: 1\n"
 AMD_CPU = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu sse2 avx avx2 fma\n"
 OLD_AMD_CPU = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx\n"
@@ -720,8 +721,7 @@ def test_cpu_fields_reads_the_first_core():
 
 
 @pytest.mark.skipif(
-    not tinymodel.mkl.needs_answer(tinymodel.mkl.cpu_fields(), platform.machine())
-    or not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")),
+    not ANSWERED_HERE or not tinymodel.mkl.c_compiler(),
     reason="MKL's maker check is answered on another maker's x86-64 CPU with AVX2, with a C compiler",
 )
 def test_answered_mkl_takes_its_avx2_path_on_another_makers_cpu():
@@ -741,7 +741,7 @@ def test_answered_mkl_takes_its_avx2_path_on_another_makers_cpu():
 
 
 @pytest.mark.skipif(
-    not tinymodel.mkl.needs_answer(tinymodel.mkl.cpu_fields(), platform.machine()),
+    not ANSWERED_HERE,
     reason="MKL's maker check is answered on another maker's x86-64 CPU with AVX2",
 )
 def test_without_a_c_compiler_the_build_command_says_so_in_one_line(tmp_path):

@@ -182,14 +182,14 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
     spec = SCALES[scale]
-    kernels = torch.backends.cpu.get_cpu_capability()
+    kernels, mkl = torch.backends.cpu.get_cpu_capability(), mkl_path()
     # Only `python -m tinymodel` pins the kernels (tinymodel.BUILD_KERNELS) and answers MKL's maker check
     # (tinymodel.mkl): called from Python, torch has loaded already.
     if kernels.startswith("AVX512") and scale == "full":
         logger.warning(
             "%s kernels: the weights will differ from the shipped ones (python -m tinymodel pins AVX2)", kernels
         )
-    if mkl_path() == OWN and scale == "full":
+    if mkl == OWN and scale == "full":
         logger.warning("MKL's own path on this CPU: the weights will differ from the shipped ones (see tinymodel.mkl)")
     out_dir = Path(out_dir)
     started = time.monotonic()
@@ -278,7 +278,7 @@ def build(out_dir: str | Path, scale: str = "full", seed: int = 0) -> Path:
         "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "cpu_kernels": kernels,
-        "mkl_path": mkl_path(),
+        "mkl_path": mkl,
         "command": "python -m tinymodel " + shlex.join([f"--out={out_dir}", f"--scale={scale}", f"--seed={seed}"]),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")

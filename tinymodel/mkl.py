@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 INTEL = "GenuineIntel"
+X86_64 = ("x86_64", "amd64")  # platform.machine()'s names for it, lower-cased
 # The known workaround answers the first, which decides MKL's code path; the second is what its banner asks
 # (MKL_VERBOSE=1), so that the banner names the path taken.
 SHIM_SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
@@ -33,6 +34,11 @@ NOT_X86 = "none (not an x86-64 CPU)"
 UNKNOWN = "unknown (no /proc/cpuinfo to name the CPU's maker)"
 
 _answered = False
+
+
+def c_compiler() -> str | None:
+    """The system's C compiler, if any."""
+    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
 def cpu_fields(cpuinfo: str | None = None) -> dict[str, str]:
@@ -50,7 +56,7 @@ def needs_answer(fields: dict[str, str], machine: str) -> bool:
     """Whether MKL would leave the AVX2 path on this CPU: an x86-64 Linux CPU of another maker that has AVX2 (without
     AVX2 no path of MKL's is the shipped one's, and nothing is gained)."""
     return (
-        machine.lower() in ("x86_64", "amd64")
+        machine.lower() in X86_64
         and bool(fields.get("vendor_id"))
         and fields["vendor_id"] != INTEL
         and "avx2" in fields.get("flags", "").split()
@@ -65,7 +71,7 @@ def answer_intel() -> str | None:
         raise RuntimeError("tinymodel.mkl.answer_intel() must run before torch is imported: MKL asks once")
     if not needs_answer(cpu_fields(), platform.machine()):
         return None
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = c_compiler()
     if cc is None:
         return "no C compiler (cc, gcc or clang) to build MKL's maker answer"
     with tempfile.TemporaryDirectory(prefix="tinymodel-mkl-") as scratch:
@@ -84,7 +90,7 @@ def answer_intel() -> str | None:
 
 def mkl_path() -> str:
     """The path MKL takes in this process, for build_info.json."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if platform.machine().lower() not in X86_64:
         return NOT_X86
     vendor = cpu_fields().get("vendor_id")
     if vendor is None:

@@ -805,7 +805,7 @@ def test_lora_attaches_to_the_attention_projections(ci_model):
 
 
 def test_a_missing_embedded_model_is_one_line_naming_the_build(tmp_path, monkeypatch):
-    # Loading never builds (a build takes 20 to 30 minutes): it names what is missing and the command.
+    # Loading never builds (a build takes 17 to 27 minutes): it names what is missing and the command.
     monkeypatch.setattr(tinymodel, "MODEL_DIR", tmp_path / "model")
     with pytest.raises(MissingModelError) as raised:
         model_dir()

@@ -19,7 +19,7 @@ No machine of ours can reach a model hub, so the project makes its own small mod
   token against every still-possible answer at once (a soft target). It teaches the reply's format
   and refines the wired guess.
 - :mod:`tinymodel.build`: the small Qwen2 (heads of their own for the past-guess tokens, saved as a Llama),
-  the scales and the build, whose CLI is ``python -m tinymodel`` (20 to 30 minutes on one CPU core, by the
+  the scales and the build, whose CLI is ``python -m tinymodel`` (17 to 27 minutes on one CPU core, by the
   machine's speed; ``--scale ci`` makes a throwaway model in seconds for tests).
 - :mod:`tinymodel.stand_in`: **stand-ins of hub models**: a random-weight Qwen2 saved beside Qwen's real
   tokenizer files, so the path every hub user takes runs offline, in the tests and the memory benchmark.
@@ -57,12 +57,12 @@ class MissingModelError(FileNotFoundError):
 
 def model_dir() -> Path:
     """The shipped model's directory. Raises :class:`MissingModelError` when a file is missing: a
-    build takes 20 to 30 minutes, too long to start silently inside model loading."""
+    build takes 17 to 27 minutes, too long to start silently inside model loading."""
     missing = [name for name in MODEL_FILES if not (MODEL_DIR / name).is_file()]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise MissingModelError(
             f"the embedded model in {MODEL_DIR} is missing {missing[0]}{more}: rebuild it with "
-            f"`{BUILD_COMMAND}` (20 to 30 minutes on one core) or restore the directory from the repository"
+            f"`{BUILD_COMMAND}` (17 to 27 minutes on one core) or restore the directory from the repository"
         )
     return MODEL_DIR

@@ -1,7 +1,7 @@
 """Building the embedded model: a small Qwen2, the wired guess bag and past-guess heads, supervised training, a
 validation score; saved as a Llama (the heads make its attention wider than its hidden size).
 
-``python -m tinymodel`` (or :func:`build`) rebuilds the shipped model in ``tinymodel/model`` (20 to 30
+``python -m tinymodel`` (or :func:`build`) rebuilds the shipped model in ``tinymodel/model`` (17 to 27
 minutes on one CPU core, by the machine's speed; training stops early if a busy machine would push it
 past the scale's ``max_seconds``, and build_info.json says so); ``--scale ci`` makes a throwaway one in
 seconds for tests. What was tried before this recipe, and what each try measured, is in
@@ -116,7 +116,7 @@ SCALES: dict[str, Scale] = {
         # keeps the wider model within 30 minutes.
         past_guess_sft_steps=672,
         eval_games=300,
-        max_seconds=2400.0,  # a guard against a slow or busy machine only: alone, a build takes about 28 minutes
+        max_seconds=2400.0,  # a guard against a slow or busy machine only: a build took 17 to 27 minutes (research log)
     ),
     "ci": Scale(
         steps=6,

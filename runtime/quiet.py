@@ -3,8 +3,10 @@
 On CPUs with AVX512-BF16, ``import bitsandbytes`` (which peft and TRL do when they are imported)
 logs that an optional kernel from the hub ("kernels-community") could not be loaded. bitsandbytes
 then uses its own kernel, so the line is noise, and it would precede every line of ours, errors
-included. The filter sits on that one logger and drops only records naming that kernel; it has to
-be in place before bitsandbytes is imported, hence a module imported before any library.
+included. Where the ``kernels`` package is installed (transformers requires it from 5.25), the fetch
+itself logs a second line under ``HF_HUB_OFFLINE`` (the kernel's publisher cannot be checked offline).
+The filter sits on those two loggers and drops only records naming that kernel; it has to be in place
+before bitsandbytes is imported, hence a module imported before any library.
 
 Where DeepSpeed is installed (the ``deepspeed`` extra), transformers imports it, and it warns on every
 CPU run that it was "unable to detect" a GPU: on the cpu profile that is the plan, not news.
@@ -12,7 +14,7 @@ CPU run that it was "unable to detect" a GPU: on the cpu profile that is the pla
 
 import logging
 
-NOTICE_LOGGER = "bitsandbytes.backends.cpu.ops"
+NOTICE_LOGGERS = ("bitsandbytes.backends.cpu.ops", "kernels._internals.hf_hub")
 
 
 class DropKernelNotice(logging.Filter):
@@ -20,7 +22,8 @@ class DropKernelNotice(logging.Filter):
         return "kernels-community" not in record.getMessage()
 
 
-logging.getLogger(NOTICE_LOGGER).addFilter(DropKernelNotice())
+for name in NOTICE_LOGGERS:
+    logging.getLogger(name).addFilter(DropKernelNotice())
 
 
 class DropCpuAcceleratorNotice(logging.Filter):

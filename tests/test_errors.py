@@ -767,20 +767,44 @@ def test_evaluate_help_says_every_default_even_where_the_help_speaks_of_defaults
     )
 
 
-def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else(caplog):
+def test_the_entry_scripts_import_runtime_quiet_before_any_library():
+    for script in ("grpo_train.py", "evaluate.py"):
+        first = [line for line in (ROOT / script).read_text().splitlines() if line.startswith(("import ", "from "))]
+        assert first[1].startswith("import runtime.quiet"), script  # after "from __future__ import annotations"
+
+
+@pytest.mark.parametrize(
+    "logger_name, notice",
+    [
+        # bitsandbytes' own line when the hub kernel cannot be fetched (no network, or offline).
+        (
+            "bitsandbytes.backends.cpu.ops",
+            (
+                "Failed to load CPU gemm_4bit_forward from kernels-community: no network. Please make sure you already "
+                "`pip install kernels` and the kernels >= 0.11.1"
+            ),
+        ),
+        # The kernels package's line before that one, under HF_HUB_OFFLINE.
+        (
+            "kernels._internals.hf_hub",
+            (
+                "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because Hugging Face "
+                "Hub is in offline mode."
+            ),
+        ),
+    ],
+)
+def test_the_hub_kernel_notice_is_dropped_and_nothing_else(caplog, logger_name, notice):
     import logging
 
     import runtime.quiet
 
-    # The entry scripts import runtime.quiet before anything that imports bitsandbytes.
-    for script in ("grpo_train.py", "evaluate.py"):
-        first = [line for line in (ROOT / script).read_text().splitlines() if line.startswith(("import ", "from "))]
-        assert first[1].startswith("import runtime.quiet"), script  # after "from __future__ import annotations"
-    logger = logging.getLogger(runtime.quiet.NOTICE_LOGGER)
-    with caplog.at_level(logging.WARNING, logger=runtime.quiet.NOTICE_LOGGER):
-        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "no network")
-        logger.warning("some other bitsandbytes warning")
-    assert [r.getMessage() for r in caplog.records] == ["some other bitsandbytes warning"]
+    assert logger_name in runtime.quiet.NOTICE_LOGGERS
+    logger = logging.getLogger(logger_name)
+    with caplog.at_level(logging.WARNING, logger=logger_name):
+        logger.warning(notice)
+        logger.warning("some other warning")
+    assert [r.getMessage() for r in caplog.records] == ["some other warning"]
 
 
 def test_a_reply_budget_too_small_for_the_constraint_stops_before_any_game(tmp_path, monkeypatch, capsys):

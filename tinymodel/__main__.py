@@ -1,8 +1,5 @@
 """``python -m tinymodel [--out DIR] [--scale full|ci] [--seed N]``: build the embedded model."""
 
-import runtime.quiet  # noqa: F401  first: it must precede any import of bitsandbytes (see its docstring)
-
-# isort: split
 import os
 import sys
 

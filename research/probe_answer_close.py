@@ -34,9 +34,14 @@ def state(secret: str, rng: random.Random) -> list[tuple[str, str]]:
     return history
 
 
+def tagged(think: str) -> list[str]:
+    """A think's tokens, each character with its column's tag (``.R..E``: ``.₁ R₂ .₃ .₄ E₅``)."""
+    return [f"{c}{COLUMN_TAGS[i]}" for i, c in enumerate(think)]
+
+
 def slipped(think: str, rng: random.Random) -> list[str]:
     """A wrong think as tagged tokens: 1-3 columns dropped, one column's character swapped, or one written 2-4 times."""
-    tokens = [f"{c}{COLUMN_TAGS[i]}" for i, c in enumerate(think)]
+    tokens = tagged(think)
     kind = rng.randrange(3)
     if kind == 0:
         for i in sorted(rng.sample(range(5), rng.randint(1, 3)), reverse=True):
@@ -67,10 +72,10 @@ def main() -> None:
     for secret in train_secrets("val"):
         for _ in range(args.states_per_secret):
             history = state(secret, rng)
-            right = [f"{c}{COLUMN_TAGS[i]}" for i, c in enumerate(think_text(history))]
-            for name, think in (("right think", right), ("slipped think", slipped(think_text(history), rng))):
+            think = think_text(history)
+            for name, tokens in (("right think", tagged(think)), ("slipped think", slipped(think, rng))):
                 ids = prompt_ids(tokenizer, history) + [think_open]
-                ids += tokenizer.convert_tokens_to_ids(think) + [think_close, open_]
+                ids += tokenizer.convert_tokens_to_ids(tokens) + [think_close, open_]
                 answer = int(masked_probs(model, ids)[-1].argmax())
                 p = masked_probs(model, ids + [answer])[-1]
                 results[name].append((float(p[close_]), int(p.argmax()) == close_, float(p[answer])))

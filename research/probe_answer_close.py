@@ -18,20 +18,21 @@ from probe_format import masked_probs, prompt_ids  # research/, the script's own
 from models.loading import load_for_inference
 from tinymodel.data import opener, think_text
 from tinymodel.tokenizer import COLUMN_TAGS, THINK_CHARACTERS
-from wordle import allowed, answers, candidates, score_guess, train_secrets
+from wordle import allowed, answers, candidates, train_secrets
+from wordle.game import play_guesses
 
 
 def state(secret: str, rng: random.Random) -> list[tuple[str, str]]:
     draw = rng.random()
     first = opener() if draw < 1 / 3 else rng.choice(answers()) if draw < 2 / 3 else rng.choice(allowed())
-    history = [] if first == secret else [(first, score_guess(first, secret))]
-    for _ in range(rng.randint(0, 3)):
-        left = [w for w in candidates(history).words() if w != secret] if history else []
-        if not left:
-            break
-        guess = rng.choice(left)
-        history.append((guess, score_guess(guess, secret)))
-    return history
+
+    def choose(history: list[tuple[str, str]]) -> str:
+        if not history:
+            return first
+        left = [w for w in candidates(history).words() if w != secret]
+        return rng.choice(left) if left else secret  # the secret ends the state: nothing but a win is left
+
+    return play_guesses(secret, 1 + rng.randint(0, 3), choose)
 
 
 def tagged(think: str) -> list[str]:

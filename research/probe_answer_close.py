@@ -74,9 +74,9 @@ def main() -> None:
         for _ in range(args.states_per_secret):
             history = state(secret, rng)
             think = think_text(history)
+            prompt = prompt_ids(tokenizer, history) + [think_open]
             for name, tokens in (("right think", tagged(think)), ("slipped think", slipped(think, rng))):
-                ids = prompt_ids(tokenizer, history) + [think_open]
-                ids += tokenizer.convert_tokens_to_ids(tokens) + [think_close, open_]
+                ids = prompt + tokenizer.convert_tokens_to_ids(tokens) + [think_close, open_]
                 answer = int(masked_probs(model, ids)[-1].argmax())
                 p = masked_probs(model, ids + [answer])[-1]
                 results[name].append((float(p[close_]), int(p.argmax()) == close_, float(p[answer])))

@@ -78,3 +78,41 @@ def test_solver_all_answers():
     mean = sum(map(len, games)) / len(games)
     assert mean <= 3.50
     assert all(is_consistent(s, g) for s, g in zip(answers(), games))
+
+
+@pytest.mark.parametrize(
+    ("pool", "opener", "lost", "mean_won"),
+    [
+        # Every allowed word: the solver, the ceiling (SOARE is no answer).
+        ("allowed", "SOARE", 0, 3.463),
+        # Answers only, as a player whose every guess is one answer token: RAISE is the answer of most opening
+        # information, and it may still probe with an answer the feedback ruled out.
+        ("answers", "RAISE", 0, 3.495),
+        # Only answers still possible: every guess could win, and 11 families of look-alikes outlast six guesses.
+        ("candidates", "RAISE", 11, 3.582),
+    ],
+)
+def test_solver_pools(pool, opener, lost, mean_won):
+    solver = Solver(pool)
+    games = [solver.play(s) for s in answers()]
+    won = [g for g in games if g[-1][1] == "GGGGG"]
+    assert solver.next_guess() == opener
+    assert all(len(g) <= 6 for g in games) and len(games) - len(won) == lost
+    assert sum(map(len, won)) / len(won) == pytest.approx(mean_won, abs=5e-4)
+    for game in games:
+        for i, (guess, _) in enumerate(game):
+            if pool != "allowed":
+                assert guess in answers()
+            if pool == "candidates":
+                assert is_consistent(guess, game[:i])
+
+
+def test_solver_pools_rank_by_information_within_the_pool():
+    history = history_for("PLANT", ["RAISE"])
+    cands = candidates(history)
+    for pool, words in (("answers", answers()), ("candidates", cands.words())):
+        guess = Solver(pool).next_guess(history)
+        best = max(information(w, cands)[0] for w in words)
+        assert information(guess, cands)[0] == pytest.approx(best)
+    with pytest.raises(ValueError, match="unknown pool 'words'; valid: allowed, answers, candidates"):
+        Solver("words")

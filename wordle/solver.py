@@ -168,12 +168,27 @@ def information(guess: str, cands: CandidateSet) -> tuple[float, float]:
     return bits, (bits / math.log2(n) if n > 1 else 0.0)
 
 
-def best_guess(cands: CandidateSet) -> str:
-    """The allowed word of maximum expected information over ``cands`` (answers-only sets).
+# The words a greedy maximum-entropy player may guess: every allowed word (the solver), every answer, or only the
+# answers still possible. A player that can only say answers (the embedded model, whose answers are one token each)
+# is measured against the last two.
+POOLS = ("allowed", "answers", "candidates")
+
+
+@functools.cache
+def _answer_rows() -> np.ndarray:
+    """The pattern matrix's rows of the answers, in answer order."""
+    index = allowed_index()
+    return np.array([index[w] for w in answers()])
+
+
+def best_guess(cands: CandidateSet, pool: str = "allowed") -> str:
+    """The word of ``pool`` (see ``POOLS``) of maximum expected information over ``cands`` (answers-only sets).
 
     Ties go to a word that is still a candidate, then to the earlier word in the allowed list.
     With one or two candidates no guess beats guessing a candidate, so that is returned directly.
     """
+    if pool not in POOLS:
+        raise ValueError(f"unknown pool {pool!r}; valid: {', '.join(POOLS)}")
     if len(cands) == 0:
         raise ValueError("no candidate is consistent with the history")
     if cands.extra:
@@ -181,28 +196,34 @@ def best_guess(cands: CandidateSet) -> str:
     ans = answers()
     if len(cands) <= 2:
         return ans[int(cands.idx[0])]
-    bits = opening_information() if _is_everything(cands) else entropy_bits(pattern_matrix()[:, cands.idx])
+    rows = {"allowed": None, "answers": _answer_rows(), "candidates": _answer_rows()[cands.idx]}[pool]
+    if _is_everything(cands):
+        bits = opening_information() if rows is None else opening_information()[rows]
+    else:
+        matrix = pattern_matrix() if rows is None else pattern_matrix()[rows]
+        bits = entropy_bits(matrix[:, cands.idx])
     best = np.flatnonzero(bits >= bits.max() - _TIE)
-    allowed_words = allowed()
+    best_words = [allowed()[r] for r in (best if rows is None else rows[best])]
     in_cands = set(cands.idx.tolist())
     ans_index = answer_index()
-    for row in best:
-        if ans_index.get(allowed_words[row], -1) in in_cands:
-            return allowed_words[row]
-    return allowed_words[int(best[0])]
+    return next((w for w in best_words if ans_index.get(w, -1) in in_cands), best_words[0])
 
 
 class Solver:
-    """Greedy maximum-entropy play. Choices are memoised by history, so a full run over the
-    answers walks a decision tree instead of re-ranking 12972 guesses at every turn."""
+    """Greedy maximum-entropy play over the words of ``pool`` (``POOLS``; every allowed word by default). Choices
+    are memoised by history, so a full run over the answers walks a decision tree instead of re-ranking 12972
+    guesses at every turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: str = "allowed") -> None:
+        if pool not in POOLS:
+            raise ValueError(f"unknown pool {pool!r}; valid: {', '.join(POOLS)}")
+        self.pool = pool
         self._memo: dict[tuple[tuple[str, str], ...], str] = {}
 
     def next_guess(self, history: History = ()) -> str:
         key = tuple((_word(g), p.upper()) for g, p in history)
         if key not in self._memo:
-            self._memo[key] = best_guess(candidates(key))
+            self._memo[key] = best_guess(candidates(key), self.pool)
         return self._memo[key]
 
     def play(self, secret: str, max_guesses: int = MAX_GUESSES) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Play full games of Wordle with a model on the 300 held-out secrets, next to the solver and random baselines.
+"""Play full games of Wordle with a model on the 300 held-out secrets, next to the solver and random baselines;
+with an adapter, also the model without it (its start), and the guesses the adapter saves game by game.
 
     python evaluate.py --model tiny                                    # the embedded model, greedy, 300 games
     python evaluate.py --model tiny --adapter outputs/cpu --out outputs/cpu/eval-cli
@@ -7,10 +8,11 @@
     python evaluate.py --model tiny --adapter outputs/cpu --backend vllm          # vLLM generates (README, vLLM)
     python evaluate.py --model tiny --backend vllm --vllm_server http://127.0.0.1:8000   # a running `vllm serve`
 
-With --out DIR it writes eval.json (metrics, 95% CIs and every game's transcript), eval.md (the
-table and replays), guesses.png and, with --train_log (a run's eval/log_history.json, a
-trainer_state.json or a checkpoint directory), rewards.png. Given a run's output directory as
---adapter, the model, games, reply length and seed default to the run's own.
+With --adapter, each opening's table holds the start ("model"), the adapter ("model + adapter") and the guesses
+it saves against the start on the same games (--no_start to skip the start). With --out DIR it writes eval.json
+(metrics, 95% CIs and every game's transcript), eval.md (the table and replays), guesses.png and, with
+--train_log (a run's eval/log_history.json, a trainer_state.json or a checkpoint directory), rewards.png. Given a
+run's output directory as --adapter, the model, games, reply length and seed default to the run's own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from evaluation.constrain import ReplyBudgetError
+from evaluation.metrics import guesses_saved
 from evaluation.plots import plot_by_turn, plot_guess_histogram, plot_reward_curves
 from evaluation.report import (
     by_opening,
@@ -40,7 +43,7 @@ from evaluation.report import (
     rich_table,
     write_json,
 )
-from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
+from evaluation.run import evaluate_baselines, evaluate_model, select_secrets, without_adapter
 from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from models.loading import load_for_inference, load_generation_side, load_vllm
 from settings.cli import help_requested, run_cli
@@ -77,7 +80,13 @@ def run(args: EvalArguments, out_console: Console) -> list:
     results = []
     for opening in openings(args):
         try:
-            results += evaluate_model(
+            start = None
+            if args.adapter is not None and args.start:  # the same games without the adapter: what it started from
+                with without_adapter(model) as base:
+                    [start] = evaluate_model(
+                        base, tokenizer, secrets, model_decoding, batch_size=args.batch_size, opening=opening
+                    )
+            mine = evaluate_model(
                 model,
                 tokenizer,
                 secrets,
@@ -89,6 +98,10 @@ def run(args: EvalArguments, out_console: Console) -> list:
             )
         except (ReplyBudgetError, ServerError) as exc:  # known once loaded, or the server answered: before any game
             raise ConfigError(str(exc)) from None
+        if start is not None:
+            mine[0].metrics["guesses_saved"] = guesses_saved(start.games, mine[0].games, seed=args.seed)
+            results.append(start)
+        results += mine
         if args.baselines:
             results += evaluate_baselines(secrets, seed=args.seed, opening=opening)
 

@@ -21,13 +21,16 @@ from wordle.game import GameView, format_reply
 # --- baselines ------------------------------------------------------------------------------------
 
 
+_SOLVER_NAMES = {"allowed": "solver", "answers": "entropy over answers", "candidates": "entropy over candidates"}
+
+
 class SolverPlayer:
-    """Greedy maximum-entropy play (``wordle.Solver``): the ceiling."""
+    """Greedy maximum-entropy play (``wordle.Solver``) over every allowed word (the ceiling), every answer, or the
+    answers still possible: the last two are the fair references for a player that can only say answers."""
 
-    name = "solver"
-
-    def __init__(self) -> None:
-        self.solver = Solver()
+    def __init__(self, pool: str = "allowed") -> None:
+        self.solver = Solver(pool)
+        self.name = _SOLVER_NAMES[pool]
 
     def replies(self, views: Sequence[GameView]) -> list[str]:
         return [format_reply(self.solver.next_guess(v.history), "entropy") for v in views]

@@ -30,6 +30,8 @@ PLAYER_COLOURS: dict[str, str] = {
     "after": "#D55E00",
     "model + adapter": "#D55E00",
     "solver": "#009E73",
+    "entropy over answers": "#56B4E9",
+    "entropy over candidates": "#E69F00",
     "random candidate": "#CC79A7",
     "random allowed": "#999999",
 }

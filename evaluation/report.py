@@ -103,6 +103,14 @@ def _mean(value: dict[str, Any], digits: int = 2) -> str:
     return f"{value['mean']:.{digits}f} [{value['low']:.{digits}f}–{value['high']:.{digits}f}]"
 
 
+def _saved(metrics: dict[str, Any]) -> str:
+    """The guesses saved against the start, game by game, signed (a row with no start to compare with: blank)."""
+    saved = metrics.get("guesses_saved")
+    if saved is None or saved["mean"] is None:
+        return ""
+    return f"{saved['mean']:+.2f} [{saved['low']:+.2f}, {saved['high']:+.2f}]"
+
+
 def _distribution(metrics: dict[str, Any]) -> str:
     d = metrics["distribution"]
     return " ".join(str(d[str(k)]) for k in range(1, MAX_GUESSES + 1)) + f" / {d['fail']}"
@@ -112,6 +120,7 @@ COLUMNS = (
     "player",
     "win rate",
     "guesses (wins)",
+    "guesses saved vs start",
     "1 2 3 4 5 6 / fail",
     "format fail",
     "non-word",
@@ -133,6 +142,7 @@ def table_rows(results: Sequence[PlayerResult], ci: bool = True) -> list[list[st
                 r.label,
                 _pct(m["win_rate"]),
                 _mean(m["mean_guesses_won"]),
+                _saved(m),
                 _distribution(m),
                 rate(m["format_failure_rate"]),
                 rate(m["nonword_rate"]),
@@ -185,9 +195,10 @@ def markdown(
         (
             f"{games} full games per player; rates over games (win), turns (invalid) or guesses made with feedback "
             "in view (contradicts feedback) and valid guesses (repeat); reward columns are each reward's mean over "
-            "every state played. A constrained row is the model with its guesses masked to the listed words, not "
-            "its own skill. Games that start from guesses the player did not choose show whether it reads the "
-            "feedback or follows a memorised opening."
+            "every state played. Guesses saved vs start: the start's guesses minus this row's, game by game on the "
+            "same secrets from the same openings, a lost game counted as 7 (positive: fewer guesses). A constrained "
+            "row is the model with its guesses masked to the listed words, not its own skill. Games that start from "
+            "guesses the player did not choose show whether it reads the feedback or follows a memorised opening."
         ),
         "",
         *[f"- {n}" for n in notes],

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from evaluation.metrics import compute_metrics
@@ -65,11 +66,27 @@ def evaluate_player(
 
 
 def evaluate_baselines(secrets: Sequence[str], seed: int = 0, opening: Opening = OWN) -> list[PlayerResult]:
-    """The solver (the ceiling), a random still-possible answer, a random allowed word (the floor)."""
-    return [
-        evaluate_player(p, secrets, seed=seed, opening=opening)
-        for p in (SolverPlayer(), RandomCandidatePlayer(seed), RandomAllowedPlayer(seed))
-    ]
+    """The solver (the ceiling), the greedy entropy players that say answers only (any answer, or one still
+    possible), a random still-possible answer, a random allowed word (the floor)."""
+    players = (
+        SolverPlayer(),
+        SolverPlayer("answers"),
+        SolverPlayer("candidates"),
+        RandomCandidatePlayer(seed),
+        RandomAllowedPlayer(seed),
+    )
+    return [evaluate_player(p, secrets, seed=seed, opening=opening) for p in players]
+
+
+@contextmanager
+def without_adapter(model: Any) -> Iterator[Any]:
+    """``model`` (a PEFT model or a vLLM engine with an adapter) playing without its adapter: the start it was
+    trained from."""
+    if isinstance(model, Engine):
+        yield model.without_adapter()
+        return
+    with model.disable_adapter():
+        yield model
 
 
 def evaluate_model(

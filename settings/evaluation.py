@@ -71,7 +71,18 @@ class EvalArguments:
         },
     )
     baselines: bool = field(
-        default=True, metadata={"help": "also play the solver and the random baselines (--no_baselines to skip)"}
+        default=True,
+        metadata={
+            "help": "also play the solver, the entropy players that say answers only and the random baselines "
+            "(--no_baselines to skip)"
+        },
+    )
+    start: bool = field(
+        default=True,
+        metadata={
+            "help": "with --adapter, also play the model without it (the start) on the same games, and report the "
+            "guesses the adapter saves against it, game by game, with their interval (--no_start to skip)"
+        },
     )
     out: str | None = field(default=None, metadata={"help": "directory for eval.json, eval.md and the PNG plots"})
     replays: int = field(default=3, metadata={"help": "games of each model row to replay as emoji rows"})

@@ -25,7 +25,7 @@ from evaluation import (
     play,
     wilson,
 )
-from evaluation.metrics import by_turn, reward_means
+from evaluation.metrics import by_turn, guesses_saved, reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from evaluation.vllm_backend import same_model, server_url
@@ -277,6 +277,74 @@ def test_mean_ci_is_seeded_and_brackets_the_mean():
     assert mean_ci([]) == {"n": 0, "mean": None, "low": None, "high": None}
 
 
+def transcript(secret: str, guesses: Sequence[str], start: Sequence[str] = ()) -> Game:
+    """A game of ``secret`` from the given ``start`` guesses, its turns the ``guesses`` played."""
+    history = tuple((w, score_guess(w, secret)) for w in start)
+    turns = [
+        Turn(k, format_reply(w), "valid", w, score_guess(w, secret)) for k, w in enumerate(guesses, len(start) + 1)
+    ]
+    return Game(secret, turns, history)
+
+
+LOST = ["CRANE", "SLATE", "PLANT", "BRICK", "FJORD"]  # five wrong guesses after one given: lost at 6
+
+
+@pytest.mark.parametrize(
+    ("start", "trained", "saved"),
+    [
+        # Won in 4, then won in 3: one guess saved; the given opening counts in both.
+        (
+            [transcript("ABBEY", ["CRANE", "SLATE", "ABBEY"], ["ROBOT"])],
+            [transcript("ABBEY", ["CRANE", "ABBEY"], ["ROBOT"])],
+            [1],
+        ),
+        # A lost game counts 7: winning it in 5 saves 2, and losing a game won in 6 costs 1.
+        (
+            [transcript("ABBEY", LOST, ["ROBOT"])],
+            [transcript("ABBEY", ["CRANE", "SLATE", "PLANT", "ABBEY"], ["ROBOT"])],
+            [2],
+        ),
+        ([transcript("ABBEY", [*LOST[:4], "ABBEY"], ["ROBOT"])], [transcript("ABBEY", LOST, ["ROBOT"])], [-1]),
+        # The same game: nothing saved.
+        ([transcript("ABBEY", ["ABBEY"])], [transcript("ABBEY", ["ABBEY"])], [0]),
+    ],
+)
+def test_guesses_saved_game_by_game_on_fixed_transcripts(start, trained, saved):
+    result = guesses_saved(start, trained)
+    assert result == mean_ci(saved) and result["mean"] == saved[0]
+
+
+def test_guesses_saved_interval_and_guesses_per_win_on_fixed_transcripts():
+    secrets = select_secrets(20)
+    assert not {"CRANE", "SLATE"} & set(secrets)
+    quick = [transcript(s, ["CRANE", s]) for s in secrets]
+    slow = quick[:2] + [transcript(s, ["CRANE", "SLATE", s]) for s in secrets[2:]]
+    # 18 of 20 games one guess quicker, two the same: a mean of 0.9, its interval inside [0.75, 1].
+    saved = guesses_saved(slow, quick, seed=3)
+    assert saved["n"] == 20 and saved["mean"] == pytest.approx(0.9) and 0.75 <= saved["low"] < 0.9 < saved["high"] <= 1
+    assert saved == guesses_saved(slow, quick, seed=3)  # seeded
+    assert guesses_saved(quick, slow, seed=3)["mean"] == pytest.approx(-0.9)
+    # Guesses per win, and per game with a loss counted 7, each with its interval.
+    games = [*quick[:3], transcript("ZESTY", LOST, ["ROBOT"])]
+    m = compute_metrics(games)
+    assert m["mean_guesses_won"] == mean_ci([2, 2, 2]) and m["mean_guesses"] == mean_ci([2, 2, 2, 7])
+    assert m["mean_guesses"]["mean"] == pytest.approx(13 / 4)
+    assert m["mean_guesses"]["low"] < 13 / 4 < m["mean_guesses"]["high"]
+
+
+@pytest.mark.parametrize(
+    "trained",
+    [
+        [transcript("ABBEY", ["ABBEY"]), transcript("CRANE", ["CRANE"])],  # other secrets
+        [transcript("ABBEY", ["ABBEY"], ["ROBOT"])],  # the same secret from another opening
+        [],  # fewer games
+    ],
+)
+def test_guesses_saved_needs_the_same_games(trained):
+    with pytest.raises(ValueError, match="did not play the same games"):
+        guesses_saved([transcript("ABBEY", ["ABBEY"])], trained)
+
+
 def test_reward_means_on_a_fixed_transcript():
     game = Game(
         "CRANE",
@@ -337,8 +405,14 @@ def test_cli_writes_json_markdown_and_plots(tmp_path, tiny_ci, capsys):
     assert {p.name for p in out.iterdir()} == {"eval.json", "eval.md", "guesses.png", "by_turn.png"}
     settings, results = read_json(out / "eval.json")
     assert settings["games"] == 3 and len(settings["secrets"]) == 3
-    assert [r.kind for r in results] == ["model", "constrained", "baseline", "baseline", "baseline"]
-    assert [r.label for r in results][2:] == ["solver", "random candidate", "random allowed"]
+    assert [r.kind for r in results] == ["model", "constrained", *["baseline"] * 5]
+    assert [r.label for r in results][2:] == [
+        "solver",
+        "entropy over answers",
+        "entropy over candidates",
+        "random candidate",
+        "random allowed",
+    ]
     md = (out / "eval.md").read_text()
     assert "| model (constrained: allowed words) |" in md and "## Replays: model" in md
 
@@ -413,12 +487,31 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
         "log_history.json",
     }
     _, before = read_json(directory / "before.json")
-    players = ["before", "solver", "random candidate", "random allowed"]
+    players = ["before", "solver", "entropy over answers", "entropy over candidates", "random candidate"]
+    players.append("random allowed")
     assert [(r.label, r.opening) for r in before] == [(p, o) for o in ("own", "answer") for p in players]
     _, after = read_json(directory / "after.json")
     assert [(r.label, r.opening) for r in after] == [("after", "own"), ("after", "answer")]
-    # The same random answer opens a secret's game before and after training: the two tables compare like for like.
-    assert [g.start for g in before[4].games] == [g.start for g in after[1].games] and after[1].games[0].start
+    # The same random answer opens a secret's game before and after training: the two tables compare like for like,
+    # game by game.
+    assert [g.start for g in before[6].games] == [g.start for g in after[1].games] and after[1].games[0].start
+    for was, now in ((before[0], after[0]), (before[6], after[1])):
+        assert now.metrics["guesses_saved"] == guesses_saved(was.games, now.games, seed=42)
+        assert "guesses_saved" not in was.metrics
+    assert "guesses saved vs start" in (directory / "eval.md").read_text()
+
+    # evaluate.py on the run's directory plays the start without the adapter: the very games of before.json, and
+    # the guesses the adapter saves against them.
+    cli = tmp_path / "cli"
+    assert evaluate_cli.main(["--adapter", str(out), "--no_baselines", "--replays", "0", "--out", str(cli)]) == 0
+    _, played = read_json(cli / "eval.json")
+    assert [(r.label, r.opening) for r in played] == [
+        (label, o) for o in ("own", "answer") for label in ("model", "model + adapter")
+    ]
+    for start, trained, was, now in ((played[0], played[1], before[0], after[0]), (*played[2:], before[6], after[1])):
+        assert [g.to_dict() for g in start.games] == [g.to_dict() for g in was.games]
+        assert [g.to_dict() for g in trained.games] == [g.to_dict() for g in now.games]
+        assert trained.metrics["guesses_saved"] == now.metrics["guesses_saved"]
     assert json.loads((directory / "log_history.json").read_text()) == trainer.state.log_history
     assert "| before |" in (directory / "eval.md").read_text() and "| after |" in (directory / "eval.md").read_text()
 

@@ -31,7 +31,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 import grpo_train
-from evaluation.run import evaluate_model, select_secrets
+from evaluation.run import evaluate_model, select_secrets, without_adapter
 from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from models.loading import load_for_inference, load_generation_side, load_vllm
 from settings.config import resolve
@@ -255,6 +255,15 @@ def test_vllm_greedy_games_equal_the_hf_backends(with_adapter, engines, adapter)
     assert served == hf
     if with_adapter:  # the adapter is in play on both sides: some games differ from the base model's
         assert served != replies(evaluate_model(base_engine, tokenizer, GAMES))
+        # evaluate.py's start row: the same engine without the adapter plays the base model's games, as the HF
+        # backend's PEFT model does with its adapter disabled.
+        with without_adapter(lora_engine) as start, without_adapter(model) as hf_start:
+            assert replies(evaluate_model(start, tokenizer, GAMES)) == replies(
+                evaluate_model(hf_start, hf_tokenizer, GAMES)
+            )
+            assert replies(evaluate_model(start, tokenizer, GAMES)) == replies(
+                evaluate_model(base_engine, tokenizer, GAMES)
+            )
 
 
 @pytest.mark.parametrize("spec", ["answer", "allowed:2"])
@@ -326,6 +335,11 @@ def test_games_through_a_vllm_server_equal_the_hf_backends(server, adapter):
         model, hf_tokenizer = load_for_inference("tiny", served_adapter, device="cpu")
         games = GAMES[:10]
         assert replies(evaluate_model(engine, tokenizer, games)) == replies(evaluate_model(model, hf_tokenizer, games))
+        if served_adapter is not None:  # evaluate.py's start row: the server's base model, the adapter's start
+            with without_adapter(engine) as start, without_adapter(model) as hf_start:
+                assert replies(evaluate_model(start, tokenizer, games)) == replies(
+                    evaluate_model(hf_start, hf_tokenizer, games)
+                )
     with pytest.raises(ServerError, match="serves no LoRA adapter from"):
         ServerEngine(server, generation, MODEL_DIR)
     # As users type the URL, and the model checked against --model: other weights are refused in one line.

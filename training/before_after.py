@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transformers.integrations import TensorBoardCallback
 
-from evaluation.metrics import compute_metrics
+from evaluation.metrics import compute_metrics, guesses_saved
 from evaluation.plots import plot_by_turn, plot_guess_histogram, plot_learning_curve, plot_reward_curves
 from evaluation.report import (
     PlayerResult,
@@ -83,6 +83,9 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     after = _play(resolved, trainer.model, tokenizer, "after")
     if not distributed.is_main():
         return [*before, *after]
+    for mine in after:  # game by game against the start, which played the same secrets from the same openings
+        was = next(r for r in before if r.opening == mine.opening)
+        mine.metrics["guesses_saved"] = guesses_saved(was.games, mine.games, seed=resolved.training.seed)
     write_json(directory / "after.json", after, eval_settings(resolved))
     results = []
     for mine in after:  # per opening: before, after, then the baselines
@@ -101,11 +104,15 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
         console().print(rich_table(group, title=f"Before and after training: {opening_heading(spec)}, {games} games"))
     for mine in after:
         was = next(r for r in before if r.opening == mine.opening)
+        saved = mine.metrics["guesses_saved"]
         logger.info(
-            "evaluation, %s: win rate %.3f before, %.3f after",
+            "evaluation, %s: win rate %.3f before, %.3f after; %+.2f guesses a game [%+.2f, %+.2f] fewer after",
             Opening.parse(mine.opening).label,
             was.win_rate,
             mine.win_rate,
+            saved["mean"],
+            saved["low"],
+            saved["high"],
         )
     logger.info("evaluation files in %s", directory)
     report_to_trackers(trainer, results)  # after the files, so that a tracker's failure never costs them
@@ -119,6 +126,7 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
 FIGURES = (
     "win_rate",
     "mean_guesses_won",
+    "guesses_saved",
     "contradiction_rate",
     "repeat_rate",
     "format_failure_rate",
@@ -134,8 +142,11 @@ TABLE_COLUMNS = (
 )
 
 
-def figures(metric: dict) -> tuple[float | None, float | None, float | None]:
-    """A rate (``wilson``) or a mean (``mean_ci``) and its interval; None where nothing was observed."""
+def figures(metric: dict | None) -> tuple[float | None, float | None, float | None]:
+    """A rate (``wilson``) or a mean (``mean_ci``) and its interval; None where nothing was observed, or the
+    row has no such figure (the start has no guesses saved against itself)."""
+    if metric is None:
+        return None, None, None
     value = metric["rate"] if "rate" in metric else metric["mean"]
     if value is None:
         return None, None, None
@@ -157,7 +168,7 @@ def final_scalars(results: list[PlayerResult]) -> dict[str, float]:
             continue
         prefix = f"eval_{opening_key(result.opening)}/{result.label}"
         for name in FIGURES:
-            value, low, high = figures(result.metrics[name])
+            value, low, high = figures(result.metrics.get(name))
             if value is not None:
                 logs |= {f"{prefix}/{name}": value, f"{prefix}/{name}_ci_low": low, f"{prefix}/{name}_ci_high": high}
     return logs
@@ -167,7 +178,7 @@ def final_table(results: list[PlayerResult]) -> list[list]:
     """One row per player per opening, baselines included, in ``TABLE_COLUMNS`` order."""
     rows = []
     for r in results:
-        cells = [value for name in FIGURES for value in figures(r.metrics[name])]
+        cells = [value for name in FIGURES for value in figures(r.metrics.get(name))]
         rows.append([r.opening, r.label, r.kind, r.metrics["games"], *cells])
     return rows
 

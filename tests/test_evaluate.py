@@ -28,12 +28,13 @@ from evaluation import (
 from evaluation.metrics import by_turn, guesses_saved, reward_means
 from evaluation.report import markdown, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
+from evaluation.strategy import information_of, information_states
 from evaluation.vllm_backend import same_model, server_url
 from rewards import REWARD_FUNCS, TURN_REWARDS
 from settings.config import resolve
 from tinymodel.build import build
 from training import before_after
-from wordle import eval_secrets, normalize_word, parse_completion, score_guess, train_secrets
+from wordle import candidates, eval_secrets, information, normalize_word, parse_completion, score_guess, train_secrets
 from wordle.decoding import Decoding
 from wordle.game import GameView, format_reply
 
@@ -364,6 +365,34 @@ def test_reward_means_on_a_fixed_transcript():
     )
     assert means["feedback_reward"]["mean"] == pytest.approx(sum(expected) / 3)
     assert set(means) == set(TURN_REWARDS)
+
+
+# --- the choice among what is still possible ----------------------------------------------------------
+
+
+def test_information_states_are_seeded_choices_among_three_or_more_answers():
+    states = information_states(train_secrets("val")[:40], per_secret=3, seed=5)
+    assert states == information_states(train_secrets("val")[:40], per_secret=3, seed=5)
+    assert states != information_states(train_secrets("val")[:40], per_secret=3, seed=6)
+    assert 60 <= len(states) < 120  # of 120 draws, those with three or more answers left
+    for secret, history in states:
+        assert secret in train_secrets("val") and secret not in [g for g, _ in history]  # not yet won
+        assert all(score_guess(g, secret) == p for g, p in history) and 1 <= len(history) <= 3
+        assert len(candidates(history)) >= 3
+
+
+def test_information_of_players_on_fixed_states():
+    states = information_states(train_secrets("val")[:30])
+    best = information_of(SolverPlayer("candidates"), states)
+    random_pick = information_of(RandomCandidatePlayer(0), states)
+    broken = information_of(ScriptedPlayer(["<guess>CRANE</guess>"]), states)
+    for (secret, history), value in zip(states, best["per_state"], strict=True):
+        cands = candidates(history)
+        top = max(information(w, cands)[1] for w in cands.words())
+        assert value == pytest.approx(top)  # the most any still-possible answer tells
+    assert all(r <= b + 1e-9 for r, b in zip(random_pick["per_state"], best["per_state"], strict=True))
+    assert random_pick["mean"] < best["mean"] and best["low"] <= best["mean"] <= best["high"]
+    assert broken["per_state"] == [0.0] * len(states) and broken["mean"] == 0.0
 
 
 # --- the CLI ---------------------------------------------------------------------------------------

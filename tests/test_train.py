@@ -18,14 +18,19 @@ import torch
 from conftest import TURN_MODE
 from peft import PeftModel
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import grpo_train
+from evaluation.metrics import mean_ci
+from evaluation.play import ModelPlayer
+from evaluation.strategy import information_of, information_states
 from runtime import device as devices
 from runtime import distributed
 from settings.arguments import CONFIG_FILE
 from settings.config import resolve
 from tinymodel import MODEL_DIR
+from wordle import train_secrets
+from wordle.decoding import Decoding
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -296,6 +301,17 @@ def test_the_readme_main_job_trains_the_embedded_model_to_a_saved_adapter(tmp_pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(MODEL_DIR), out)
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in loaded.named_parameters())
+
+    # What GRPO taught the choice among the answers still possible: on fixed validation states (a choice among
+    # three or more), the expected information of the greedy guess rises, state by state, beyond its interval.
+    tokenizer = AutoTokenizer.from_pretrained(out)  # the run saves the tokenizer beside the adapter
+    states = information_states(train_secrets("val"))
+    decoding = Decoding(max_new_tokens=16)
+    trained = information_of(ModelPlayer(loaded, tokenizer, decoding), states)["per_state"]
+    with loaded.disable_adapter():
+        start = information_of(ModelPlayer(loaded, tokenizer, decoding), states)["per_state"]
+    rise = mean_ci([a - b for a, b in zip(trained, start, strict=True)])
+    assert rise["low"] > 0, rise
 
 
 def test_a_disk_that_fills_during_a_save_is_one_line_and_a_resume_finishes(tmp_path, monkeypatch, capsys):

@@ -13,8 +13,14 @@ is what the trainer uses unless told otherwise; it is chosen so that, for every 
 tests/test_rewards.py checks both on fixed transcripts and on random states.
 
 In game mode (``--rollout game``) ``game_reward``, the whole game's return, joins them with
-``GAME_WEIGHTS``: a turn's total is its own shaping plus its game's return, and (a) and (b) still
-hold turn by turn, while a hack also costs its game a turn (tests/test_rollout.py).
+``GAME_WEIGHTS``, and ``win_reward`` weighs 0 there (it is still logged): the game's return already pays
+the win, more for a quicker one, while a turn's own win is a lottery among the answers still possible,
+each as likely to be the secret, which drowned the information signal that teaches the choice among them
+(docs/research-log.md). A turn's total is its own shaping plus its game's return, so in the same state
+(a) still holds between replies whose games end alike, a hack also costing its game a turn, and the
+winning reply totals more than any reply whose game is lost; a reply whose game is won later can total
+more than the winning one, by at most the information it adds less the return of the guess it cost
+(tests/test_rollout.py).
 """
 
 from __future__ import annotations
@@ -58,10 +64,9 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "win_reward": 2.0,
 }
 
-# Game mode: the per-turn rewards keep their weights as shaping, and the game's return is weighed so
-# that a won game (at least 2.0 on each of its turns) outweighs any shaping a lost game's turn can
-# collect.
-GAME_WEIGHTS: dict[str, float] = {**DEFAULT_WEIGHTS, "game_reward": 2.0}
+# Game mode: the per-turn rewards keep their weights as shaping, but for the win, which the game's return
+# pays (a won game gives each of its turns 2.0 to 3.0, more the fewer guesses it took); see the docstring.
+GAME_WEIGHTS: dict[str, float] = {**DEFAULT_WEIGHTS, "win_reward": 0.0, "game_reward": 2.0}
 
 
 def default_rewards(whole_games: bool) -> dict[str, float]:

@@ -150,11 +150,26 @@ def test_no_hack_in_a_game_scores_above_an_honest_guess(hack):
     assert total(hacked, 1) < total(honest, 1)
 
 
-def test_the_winning_turn_beats_any_other_reply_in_its_state():
+def test_the_winning_turn_beats_any_other_reply_in_its_state_whose_game_is_lost():
     won = scripted_game("CRANE", ["SLATE", "CRANE"])
     for other in ["TRACE", "BRINE", "SLATE", "!ZZZZZ", "?"]:
         lost = scripted_game("CRANE", ["SLATE", other, "BRINE"])
         assert total(won, 2) > total(lost, 2), other
+
+
+SHAPING = {name: weight for name, weight in GAME_WEIGHTS.items() if name != "game_reward"}
+
+
+@pytest.mark.parametrize("other", ["TRACE", "BRINE", "CRATE"])
+def test_the_game_return_pays_the_win_not_a_turns_lottery(other):
+    """win_reward weighs 0 in game mode: the turn that wins and a turn whose game wins one guess later differ by
+    their own shaping and by the return of the guess it cost (2.0 x 0.1), and by no prize for the draw."""
+    assert GAME_WEIGHTS["win_reward"] == 0.0
+    won = scripted_game("CRANE", ["SLATE", "CRANE"])
+    later = scripted_game("CRANE", ["SLATE", other, "CRANE"])
+    assert later.won and later.guesses == won.guesses + 1
+    difference = total(won, 2) - total(later, 2)
+    assert difference == pytest.approx(total(won, 2, SHAPING) - total(later, 2, SHAPING) + 2.0 * 0.1)
 
 
 def test_dry_run_shows_games_per_step_and_raises_the_accumulation():

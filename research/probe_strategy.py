@@ -5,7 +5,7 @@ supervised ceiling for what GRPO's sampled rewards could teach it). Prints figur
 
     python research/probe_strategy.py tinymodel/model [--adapter A]           # the model and the references
     python research/probe_strategy.py tinymodel/model --fit exact --steps 100  # LoRA on the exact expected information
-    python research/probe_strategy.py tinymodel/model --fit best --steps 100   # LoRA on cross-entropy to the best answer
+    python research/probe_strategy.py tinymodel/model --fit best --steps 100 --save OUT   # ...to the best answer
     python research/probe_strategy.py tinymodel/model --fit bag --epochs 4     # a rank-16 map from the prompt's tokens
 
 ``--fit exact`` and ``--fit best`` train a LoRA with the cpu profile's targets, rank and rate on the answer token
@@ -13,7 +13,8 @@ after the right think (``<think>.R..E</think><guess>``), 32 states a step drawn 
 secrets (the ones GRPO plays): ``exact`` maximises the expected information under the policy's softmax over every
 answer at temperature 0.7 (a ruled-out answer scores 0.5 below the candidates' mean), which is GRPO's objective with
 every candidate's reward known instead of four sampled; ``best`` is cross-entropy to the candidate of most
-information. ``--fit bag`` fits no model: a rank-16 linear map from the mean of the prompt's token embeddings
+information; ``--save OUT`` writes that adapter (with the tokenizer) for ``evaluate.py --adapter OUT``, to see the
+ceiling in real games. ``--fit bag`` fits no model: a rank-16 linear map from the mean of the prompt's token embeddings
 (layer 0's normalised inputs) to the answers' output rows, the form a LoRA on layer 0's values could take, on 12,000
 states of the training secrets.
 """
@@ -57,7 +58,7 @@ def encoded(tokenizer, states) -> list[tuple[list[int], torch.Tensor, torch.Tens
     return out
 
 
-def fit_lora(model, tokenizer, states, objective: str, steps: int, lr: float, batch: int, check) -> None:
+def fit_lora(model, tokenizer, states, objective: str, steps: int, lr: float, batch: int, check):
     answer_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(answers())))
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
@@ -78,6 +79,7 @@ def fit_lora(model, tokenizer, states, objective: str, steps: int, lr: float, ba
             model.eval()
             check(f"step {step}", model)
             model.train()
+    return model
 
 
 def fit_bag(model, tokenizer, states, held, epochs: int, lr: float, rank: int = 16) -> None:
@@ -119,6 +121,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--lr", type=float)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--save", help="with --fit exact or best: write the adapter here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -142,7 +145,10 @@ def main() -> None:
         else:
             model.train()
             fitted = encoded(tokenizer, fitted[:4000])
-            fit_lora(model, tokenizer, fitted, args.fit, args.steps, args.lr or 5e-4, args.batch, check)
+            model = fit_lora(model, tokenizer, fitted, args.fit, args.steps, args.lr or 5e-4, args.batch, check)
+            if args.save:
+                model.save_pretrained(args.save)
+                tokenizer.save_pretrained(args.save)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from rich.console import Console
 from rich.logging import RichHandler
 from trl import GRPOConfig, get_peft_config
 
-from evaluation.report import markdown_tables
 from evaluation.vllm_backend import allowed_token_ids
 from models.loading import find_tokenizer, folds_system, load_model, load_tokenizer
 from models.memory import preflight
@@ -44,7 +43,7 @@ from settings.cli import brief, help_requested, run_cli
 from settings.config import Resolved, help_defaults, make_parser, resolve
 from settings.errors import ConfigError
 from settings.summary import to_yaml
-from training.before_after import evaluate_end, evaluate_start
+from training.before_after import card_evaluation, evaluate_end, evaluate_start
 from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
 from training.rollback import RollbackAdvisor
@@ -205,7 +204,7 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
         command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
         rewards=resolved.weights,
         steps=trainer.state.global_step,
-        eval_markdown_table=None if results is None else markdown_tables(results, heading="### "),
+        eval_markdown_table=None if results is None else card_evaluation(results),
     )
     return trainer
 

@@ -168,6 +168,25 @@ def by_opening(results: Sequence[PlayerResult]) -> dict[str, list[PlayerResult]]
     return groups
 
 
+def plainly(results: Sequence[PlayerResult]) -> list[str]:
+    """What training changed, in figures, one line per opening where a row was compared with its start (the
+    first model row of the opening): the guesses saved game by game, and what the start already had."""
+    lines = []
+    for spec, group in by_opening(results).items():
+        start = next((r for r in group if r.kind == "model"), None)
+        trained = next((r for r in group if r.metrics.get("guesses_saved") is not None), None)
+        if start is None or trained is None:
+            continue
+        was, now = start.metrics, trained.metrics
+        lines.append(
+            f"From {Opening.parse(spec).label}: {_saved(now)} guesses a game against the start on the same games "
+            f"(a lost game counts {MAX_GUESSES + 1}); the start already won {_pct(was['win_rate'])} in "
+            f"{_mean(was['mean_guesses_won'])} guesses a win, after training {_pct(now['win_rate'])} in "
+            f"{_mean(now['mean_guesses_won'])}."
+        )
+    return lines
+
+
 def opening_heading(spec: str) -> str:
     return f"Games from {Opening.parse(spec).label}"
 

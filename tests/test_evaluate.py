@@ -26,7 +26,7 @@ from evaluation import (
     wilson,
 )
 from evaluation.metrics import by_turn, guesses_saved, reward_means
-from evaluation.report import markdown, read_json, replay_lines, squares
+from evaluation.report import PlayerResult, markdown, plainly, read_json, replay_lines, squares
 from evaluation.run import evaluate_model, select_secrets
 from evaluation.strategy import information_of, information_states
 from evaluation.vllm_backend import same_model, server_url
@@ -333,6 +333,19 @@ def test_guesses_saved_interval_and_guesses_per_win_on_fixed_transcripts():
     assert m["mean_guesses"]["low"] < 13 / 4 < m["mean_guesses"]["high"]
 
 
+def test_plainly_says_what_training_changed_against_the_start():
+    start = [transcript("ABBEY", ["CRANE", "SLATE", "ABBEY"]), transcript("ZESTY", LOST, ["ROBOT"])]
+    trained = [transcript("ABBEY", ["CRANE", "ABBEY"]), transcript("ZESTY", ["CRANE", "ZESTY"], ["ROBOT"])]
+    before = PlayerResult("before", "model", compute_metrics(start), start)
+    after = PlayerResult("after", "model", compute_metrics(trained) | {"guesses_saved": guesses_saved(start, trained)})
+    baseline = PlayerResult("solver", "baseline", compute_metrics(trained))
+    [line] = plainly([before, after, baseline])
+    # ABBEY in 2 instead of 3, ZESTY won in 3 instead of lost (7): 1 and 4 saved, 2.5 a game.
+    assert line.startswith("From its own opening: +2.50 [+1.00, +4.00] guesses a game against the start")
+    assert "the start already won 50.0% [" in line and "after training 100.0% [" in line
+    assert plainly([before, baseline]) == []  # nothing compared with the start: nothing said
+
+
 @pytest.mark.parametrize(
     "trained",
     [
@@ -528,6 +541,10 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
         assert now.metrics["guesses_saved"] == guesses_saved(was.games, now.games, seed=42)
         assert "guesses_saved" not in was.metrics
     assert "guesses saved vs start" in (directory / "eval.md").read_text()
+    # In plain figures, per opening, in eval.md and on the adapter's card.
+    for text in ((directory / "eval.md").read_text(), (out / "README.md").read_text()):
+        assert text.count("guesses a game against the start on the same games") == 2
+        assert "From a random answer played first: " in text
 
     # evaluate.py on the run's directory plays the start without the adapter: the very games of before.json, and
     # the guesses the adapter saves against them.
@@ -554,7 +571,6 @@ def test_grpo_train_evaluates_before_and_after_and_reuses_before_on_resume(tmp_p
 
 def test_markdown_labels_a_constrained_row_as_such():
     games = play(ConstantPlayer("CRANE"), ["CRANE", "SLATE"])
-    from evaluation.report import PlayerResult
 
     rows = [
         PlayerResult("model", "model", compute_metrics(games), games),

@@ -20,6 +20,7 @@ from evaluation.report import (
     markdown,
     markdown_tables,
     opening_heading,
+    plainly,
     read_json,
     rich_table,
     write_json,
@@ -98,7 +99,8 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
     plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png")
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
-    (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=[note]))
+    notes = [note, *plainly(results)]
+    (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=notes))
     games = after[0].metrics["games"]
     for spec, group in by_opening(results).items():
         console().print(rich_table(group, title=f"Before and after training: {opening_heading(spec)}, {games} games"))
@@ -117,6 +119,14 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     logger.info("evaluation files in %s", directory)
     report_to_trackers(trainer, results)  # after the files, so that a tracker's failure never costs them
     return results
+
+
+def card_evaluation(results: list[PlayerResult]) -> str:
+    """The adapter card's evaluation: what training changed in plain figures, then the tables."""
+    lines = "\n".join(f"- {line}" for line in plainly(results))
+    return (
+        f"{lines}\n\n{markdown_tables(results, heading='### ')}" if lines else markdown_tables(results, heading="### ")
+    )
 
 
 # --- the trackers (--report_to) ----------------------------------------------------------------------------

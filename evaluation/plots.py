@@ -236,14 +236,16 @@ def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]]) -> Figu
     """Win rate against training steps: the periodic greedy check on validation secrets (what settings are
     chosen on) from the model's own opening and from a random answer played first, the share of its guesses
     that contradict the feedback, and in game mode the sampled training games of each step, averaged over a
-    window. Validation only: the held-out secrets are read once, by the final table. None without a periodic
-    check."""
+    window; beside it, where the check logged them, the guesses per win from both openings (what is left to
+    learn once it wins). Validation only: the held-out secrets are read once, by the final table. None without
+    a periodic check."""
     history = [h for h in load_log_history(source) if "step" in h]
     checks = [h for h in history if "val/win_rate" in h]
     if not checks:
         return None
-    fig = _figure(figsize=(8, 4.5))
-    ax = fig.subplots()
+    guesses = [key for key in ("val/guesses", "val_opening/guesses") if all(key in h for h in checks)]
+    fig = _figure(figsize=(12, 4.5) if guesses else (8, 4.5))
+    ax, *right = fig.subplots(1, 2 if guesses else 1, width_ratios=[3, 2] if guesses else None, squeeze=False)[0]
     steps = [h["step"] for h in checks]
     lines = (
         ("val/win_rate", "o-", TRAINED_COLOUR, "validation, its own opening: won"),
@@ -263,6 +265,12 @@ def learning_curve_figure(source: str | Path | Sequence[dict[str, Any]]) -> Figu
     ax.set(xlabel="training step", ylabel="share of games (won) or of guesses", ylim=(0, 1), title="Learning curve")
     ax.grid(alpha=0.3)
     ax.legend(loc="center right", fontsize="small")
+    for axis in right:
+        for key, style, label in zip(guesses, ("o-", "o:"), ("its own opening", "a random answer first"), strict=False):
+            axis.plot(steps, [h[key] for h in checks], style, color=TRAINED_COLOUR, label=label)
+        axis.set(xlabel="training step", ylabel="guesses per won game", title="Validation: guesses per win")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
     return fig
 
 

@@ -209,6 +209,11 @@ def test_learning_curve_draws_validation_from_both_openings_and_nothing_held_out
     ]
     assert list(ax.lines[1].get_ydata()) == pytest.approx([0.2, 0.4])  # the random opening's wins
     assert learning_curve_figure([{"step": 1, "loss": 0.1}]) is None  # no periodic check: no curve
+    # Guesses per win, beside, where the check logged them from both openings.
+    history = [h | {"val/guesses": g, "val_opening/guesses": g + 0.2} for h, g in zip(history, (4.0, 3.7), strict=True)]
+    _, guesses = learning_curve_figure(history).axes
+    assert [list(line.get_ydata()) for line in guesses.lines] == [pytest.approx([4.0, 3.7]), pytest.approx([4.2, 3.9])]
+    assert [t.get_text() for t in guesses.get_legend().get_texts()] == ["its own opening", "a random answer first"]
 
 
 def test_by_turn_figure_draws_model_rows_with_intervals_and_skips_baselines():

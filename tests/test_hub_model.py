@@ -280,8 +280,13 @@ def test_hub_model_trains_evaluates_merges_and_resumes_nothing_when_finished(hub
     assert (tmp_path / "again" / "rewards.png").is_file()
     settings, again = read_json(tmp_path / "again" / "eval.json")
     assert settings["max_new_tokens"] == 24 and settings["seed"] == 5 and settings["model"] == str(hub_dir)
-    assert settings["openings"] == ["own", "answer"] == [r.opening for r in again]
-    assert [[g.to_dict() for g in r.games] for r in again] == [[g.to_dict() for g in r.games] for r in after]
+    assert settings["openings"] == ["own", "answer"]
+    assert [(r.label, r.opening) for r in again] == [
+        (label, o) for o in ("own", "answer") for label in ("model", "model + adapter")
+    ]
+    started = [r for r in before if r.kind == "model"]
+    for played, run in ((again[0::2], started), (again[1::2], after)):  # the start, then the adapter
+        assert [[g.to_dict() for g in r.games] for r in played] == [[g.to_dict() for g in r.games] for r in run]
 
 
 def test_hub_model_trains_in_game_mode(hub_dir, tmp_path):

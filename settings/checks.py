@@ -165,7 +165,9 @@ def vllm_on_device(
         )
 
 
-def choose_rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
+def choose_rewards(
+    script: ScriptArguments, train_kw: dict[str, Any], notes: list[str], given: frozenset[str] = frozenset()
+) -> None:
     """The rollout mode, its reward functions and their weights (the mode's defaults unless given)."""
     defaults = default_rewards(script.rollout.plays_games)
     if script.rewards is None:
@@ -178,6 +180,7 @@ def choose_rewards(script: ScriptArguments, train_kw: dict[str, Any], notes: lis
         raise ConfigError(f"{game_only[0]} scores whole games: it needs --rollout game")
     if script.rollout.plays_games:
         game_batch(script, train_kw, notes)
+        game_objective(train_kw, given, notes)
     if train_kw.get("reward_weights") is None:
         train_kw["reward_weights"] = [defaults.get(r, 1.0) for r in script.rewards]
     elif len(train_kw["reward_weights"]) != len(script.rewards):
@@ -252,3 +255,50 @@ def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[st
             f"games ({SLOTS} turn slots x num_generations {generations} samples per start state)"
         )
         train_kw["gradient_accumulation_steps"] = raised
+
+
+# The losses game mode gives TRL's own update with, besides its default dapo (tests/test_rollout.py).
+OTHER_LOSSES = ("grpo", "dr_grpo", "sapo", "luspo", "cispo", "vespo")
+
+
+def game_objective(train_kw: dict[str, Any], given: frozenset[str], notes: list[str]) -> None:
+    """Game mode's objective is TRL's: refuse in one line what its turn-slot groups and micro-batches would change.
+
+    TRL shuffles a generation batch before splitting it, so each micro-batch is a random mix of its rows; game mode
+    keeps them in turn-slot order (WordleGRPOTrainer.micro_batches), so what normalises by a micro-batch's own
+    tokens would weigh the few live turns of late slots up to 8x. A TRL group is one turn slot's live games, as few
+    as two late in a game, so a std per group turns any difference into +-0.71: rewards are scaled by the batch's
+    std (game mode's choice where none was given), or not at all."""
+    per_micro_batch = (
+        ("loss_type", train_kw.get("loss_type") == "bnpo", "normalises by a micro-batch's own tokens"),
+        ("entropy_coef", train_kw.get("entropy_coef", 0) != 0, "adds an entropy bonus averaged per micro-batch"),
+        (
+            "use_adaptive_entropy",
+            train_kw.get("use_adaptive_entropy"),
+            "adds an entropy bonus averaged per micro-batch",
+        ),
+        ("top_entropy_quantile", train_kw.get("top_entropy_quantile", 1) < 1, "keeps each micro-batch's top entropies"),
+    )
+    for key, applies, what in per_micro_batch:
+        if applies:
+            value = train_kw[key]
+            instead = "use dapo (the batch's token mean), " + ", ".join(OTHER_LOSSES)
+            instead = instead if key == "loss_type" else "drop it, or use --rollout turn"
+            raise ConfigError(
+                f"--{key} {str(value).lower() if isinstance(value, bool) else value} {what}, and with --rollout game "
+                f"a micro-batch is one turn slot: {instead}"
+            )
+    if train_kw.get("multi_objective_aggregation") == "normalize_then_sum":
+        raise ConfigError(
+            "--multi_objective_aggregation normalize_then_sum scales each reward by its group's std, and with "
+            "--rollout game a group is one turn slot's live games (two, late on): use sum_then_normalize"
+        )
+    scale = {True: "group", False: "none"}.get(train_kw.get("scale_rewards"), train_kw.get("scale_rewards"))
+    if scale == "group":
+        if "scale_rewards" in given:
+            raise ConfigError(
+                "--scale_rewards group divides each turn slot's rewards by their own std, and with --rollout game a "
+                "slot may hold two live games (any difference becomes +-0.71): use batch or none"
+            )
+        train_kw["scale_rewards"] = "batch"
+        notes.append("--rollout game: scale_rewards batch (a turn slot's group may hold two live games)")

@@ -263,7 +263,8 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     checks.check_ranges(script, train_kw, model_kw)
     checks.constrain_vllm(script, train_kw, notes)
     checks.vllm_on_device(script, train_kw, model_kw, notes)
-    checks.choose_rewards(script, train_kw, notes)
+    given = frozenset(values) | {a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
+    checks.choose_rewards(script, train_kw, notes, given)
     trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
     if script.secrets not in trainable:
         raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")

@@ -278,6 +278,31 @@ TRAIN_CASES = [
         "`--use_transformers_paged`)",
     ),
     Case(
+        "a loss game mode cannot normalise as TRL does",
+        ["--loss_type", "bnpo"],
+        "--loss_type bnpo normalises by a micro-batch's own tokens",
+        row="a loss that normalises by a micro-batch's own tokens, in game mode",
+    ),
+    Case(
+        "entropy bonus in game mode",
+        ["--entropy_coef", "0.01"],
+        "--entropy_coef 0.01 adds an entropy bonus averaged per micro-batch",
+        row="the entropy bonus or the entropy quantile mask, in game mode",
+    ),
+    Case("entropy quantile in game mode", ["--top_entropy_quantile", "0.2"], "keeps each micro-batch's top entropies"),
+    Case(
+        "group std in game mode",
+        ["--scale_rewards", "group"],
+        "--scale_rewards group divides each turn slot's rewards by their own std",
+        row="rewards scaled by each group's std, in game mode",
+    ),
+    Case(
+        "rewards normalised per group in game mode",
+        ["--multi_objective_aggregation", "normalize_then_sum"],
+        "normalize_then_sum scales each reward by its group's std",
+        row="each reward normalised within its group, in game mode",
+    ),
+    Case(
         "opening share out of range",
         ["--game_openings", "1.5"],
         "--game_openings is a share of start states",

@@ -5,25 +5,29 @@ on whole games, and a real game-mode run of the embedded model."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
-from trl.trainer.utils import split_tensor_dict
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import grpo_train
+from evaluation.play import RandomCandidatePlayer
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
 from settings.arguments import SLOTS
 from settings.config import resolve
 from settings.errors import ConfigError
 from settings.summary import summary
 from training.data import make_row
-from training.rollout import GameBatch, GameRollout, KeptRows, kept_rows, lone_turn_share
-from training.trainer import drop_placeholders, live_length_metrics, trim_padding
-from wordle import MAX_GUESSES, history_for
-from wordle.game import Game, format_reply, play
+from training.rollout import TOKEN_NORMALISED_LOSSES, GameBatch, GameRollout, KeptRows, kept_rows, lone_turn_share
+from training.trainer import live_length_metrics, take_rows, trim_padding
+from wordle import MAX_GUESSES, allowed, candidates, history_for, render_prompt, train_secrets
+from wordle.completion import completion_text
+from wordle.game import Game, classify_reply, format_reply, play
+from wordle.openings import RANDOM_ANSWER
 
 # Two steps of 2 start states x 4 games each (48 turn samples), micro-batches of 8.
 GAME = [
@@ -37,8 +41,6 @@ GAME = [
     "8",
     "--gradient_accumulation_steps",
     "6",
-    "--scale_rewards",
-    "batch",
     "--save_steps",
     "2",
     "--disable_tqdm",
@@ -157,6 +159,59 @@ def test_the_winning_turn_beats_any_other_reply_in_its_state_whose_game_is_lost(
         assert total(won, 2) > total(lost, 2), other
 
 
+def totals(replies: list[str], secret: str, history: list, won: bool, guesses: int) -> list[float]:
+    """Each reply's weighted total in one state, its game won in ``guesses`` or lost, as TRL sums it."""
+    n = len(replies)
+    columns_ = {
+        "secret": [secret] * n,
+        "past_guess_history": [history] * n,
+        "game_turn": [len(history) + 1] * n,
+        "game_won": [won] * n,
+        "game_guesses": [guesses] * n,
+    }
+    funcs = get_reward_funcs(list(GAME_WEIGHTS))
+    per_func = [f(replies, **columns_) for f in funcs]
+    return [sum(w * scores[i] for w, scores in zip(GAME_WEIGHTS.values(), per_func, strict=True)) for i in range(n)]
+
+
+def real_states() -> list[tuple[str, list]]:
+    """Game states a consistent player meets: a random still-possible answer from a random answer played first,
+    on validation secrets, each state before a turn with two or more answers left; and the state where the old
+    claim failed (THESE after THETA and FUROR: guessing THEME collected 2.07 of shaping)."""
+    secrets = list(train_secrets("val")[:40])
+    games = play(RandomCandidatePlayer(3), secrets, RANDOM_ANSWER.starts(secrets, seed=3))
+    states = [("THESE", history_for("THESE", ["THETA", "FUROR"]))]
+    for game in games:
+        for history in game.histories():
+            if len(history) < MAX_GUESSES and len(candidates(history)) >= 2:
+                states.append((game.secret, list(history)))
+    return states
+
+
+def test_game_weights_order_replies_as_their_docstring_says_in_real_game_states():
+    """The winning reply outweighs any reply whose game is lost, whatever shaping that reply collects; a reply
+    whose game is won one guess later outweighs the winning one by at most its information less 0.2."""
+    rng = random.Random(0)
+    words = allowed()
+    checked = 0
+    for secret, history in real_states():
+        turn = len(history) + 1
+        [win] = totals([format_reply(secret)], secret, history, True, turn)
+        others = [w for w in candidates(history).words() if w != secret]
+        replies = [format_reply(w) for w in [*others, *rng.sample(words, 40)]] + ["<guess>oops", format_reply("ZZZZZ")]
+        assert max(totals(replies, secret, history, False, MAX_GUESSES)) < win, (secret, history)
+        if turn < MAX_GUESSES:
+            later = totals([format_reply(w) for w in others], secret, history, True, turn + 1)
+            info = REWARD_FUNCS["info_gain_reward"](
+                [format_reply(w) for w in others],
+                past_guess_history=[history] * len(others),
+                secret=[secret] * len(others),
+            )
+            assert all(a - win <= i - 0.2 + 1e-9 for a, i in zip(later, info, strict=True)), (secret, history)
+        checked += 1
+    assert checked > 100
+
+
 SHAPING = {name: weight for name, weight in GAME_WEIGHTS.items() if name != "game_reward"}
 
 
@@ -204,6 +259,31 @@ def test_game_mode_says_which_turn_mode_flags_it_ignores(flags, said):
             "does nothing with --rollout game" in n
             for n in resolve(["--profile", "cpu", *other, *flags, "--dry-run"]).notes
         )
+
+
+# --scale_rewards, wherever it came from -> what game mode trains with (a TRL group is one turn slot's live games).
+SCALES = [
+    (["--profile", "cuda"], "batch"),  # TRL's default, group: game mode's choice instead, and it says so
+    (["--profile", "cpu"], "batch"),  # the embedded model's settings: game mode's choice too
+    (["--profile", "cpu", "--scale_rewards", "none"], "none"),  # no scaling: honoured
+    (["--profile", "cuda", "--scale_rewards", "batch"], "batch"),
+    (["--profile", "cpu", "--scale_rewards", "group"], "refused"),  # asked for by name: refused in one line
+]
+
+
+@pytest.mark.parametrize(("flags", "trains_with"), SCALES)
+def test_game_mode_scales_rewards_by_the_batch_or_not_at_all(flags, trains_with):
+    argv = [*flags, "--rollout", "game", "--dry-run"]
+    if trains_with == "refused":
+        with pytest.raises(ConfigError, match="divides each turn slot's rewards by their own std"):
+            resolve(argv)
+        return
+    resolved = resolve(argv)
+    assert resolved.training.scale_rewards == trains_with
+    chose = any("scale_rewards batch" in note for note in resolved.notes)
+    assert chose == ("--scale_rewards" not in flags)
+    if chose:  # turn mode keeps TRL's default
+        assert resolve([*flags, "--rollout", "turn", "--dry-run"]).training.scale_rewards == "group"
 
 
 def train(out: Path, *extra: str):
@@ -293,8 +373,9 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
     assert trainer._scoring is None  # and only for that pass
     beside_live = live.view(-1, size).any(1).repeat_interleave(size)
     assert not out["ref_per_token_logps"][~live & beside_live].any() and out["ref_per_token_logps"][tokens].any()
+    chosen = KeptRows.of(live.tolist(), size)
     with torch.no_grad():
-        trainer._scoring = GameBatch([], KeptRows.of(live.tolist(), size))
+        trainer._scoring = GameBatch([], chosen)
         try:
             scored_logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, size)
         finally:
@@ -307,7 +388,7 @@ def test_scoring_trims_and_skips_each_chunk_as_the_loss_does_its_micro_batch(sco
         mixed = 0
         for k, micro in enumerate(split_tensor_dict(out, trainer.args.steps_per_generation)):
             chunk, kept = scored_logps[k * size : (k + 1) * size], live[k * size : (k + 1) * size]
-            micro = trim_padding(drop_placeholders(micro))
+            micro = trim_padding(take_rows(micro, chosen.rows(k)))
             assert len(micro["prompt_ids"]) == (int(kept.sum()) or size)  # a chunk of placeholders stays whole
             mixed += 0 < kept.sum() < size
             micro_ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], 1)
@@ -377,32 +458,107 @@ def test_each_micro_batch_keeps_as_many_rows_as_the_fullest_process(live, keep, 
     assert kept.counts == [live.count("1")] * 2
 
 
-def test_leaving_out_placeholders_changes_neither_the_loss_nor_its_gradient(scored):
+def test_the_completions_table_pairs_each_turn_with_its_own_state(scored):
+    """TRL logs, and hands the reward functions, one prompt per row: each turn's, not its game's start state's."""
     trainer, out = scored
+    rows, games = len(out["advantages"]), 4
+    prompts, replies = list(trainer._logs["prompt"])[-rows:], list(trainer._logs["completion"])[-rows:]
     live = (out["completion_mask"] * out["tool_mask"]).any(1)
+    later = 0
+    for g in range(games):  # the second start state, PLUMB after SOARE: its rows are the batch's second half
+        guesses = ["SOARE"]
+        for slot in range(SLOTS):
+            row = rows // 2 + slot * games + g
+            if not live[row]:
+                break
+            assert prompts[row] == render_prompt(history_for("PLUMB", guesses))
+            status, word = classify_reply(completion_text(replies[row]))
+            guesses += [word] if status == "valid" else []  # an invalid turn is not shown to the next
+            later += slot > 0
+    assert later  # turns after the first were checked, whose states the start state's prompt does not show
+
+
+# Every loss TRL 1.16 offers, and what game mode does with it: its micro-batches leave out the placeholders of
+# ended games where the normaliser counts the whole batch's tokens, keep every row where it counts a micro-batch's
+# rows, and refuse it where it counts a micro-batch's own tokens (which TRL's shuffle mixes and game mode's slot
+# order does not).
+LOSSES = [
+    ("dapo", "drops"),
+    ("cispo", "drops"),
+    ("vespo", "drops"),
+    ("grpo", "keeps"),
+    ("dr_grpo", "keeps"),
+    ("sapo", "keeps"),
+    ("luspo", "keeps"),
+    ("bnpo", "refused"),
+]
+
+
+def truncated(out: dict, rows: list[int]) -> dict:
+    """``out`` as TRL leaves it with mask_truncated_completions when ``rows`` were cut off at the length limit:
+    their completion and tool masks zeroed, and the batch's loss tokens counted again."""
+    out = {k: v.clone() if torch.is_tensor(v) else v for k, v in out.items()}
+    for key in ("completion_mask", "tool_mask"):
+        out[key][rows] = 0
+    out["num_items_in_batch"] = (out["completion_mask"] * out["tool_mask"]).sum()
+    return out
+
+
+@pytest.mark.parametrize(("loss_type", "handling"), LOSSES)
+def test_every_loss_gives_trl_s_update_on_the_same_rows(scored, monkeypatch, loss_type, handling):
+    if handling == "refused":
+        with pytest.raises(ConfigError, match=f"--loss_type {loss_type} normalises by a micro-batch's own tokens"):
+            resolve([*GAME, "--loss_type", loss_type])
+        return
+    trainer, out = scored
     size = trainer.args.per_device_train_batch_size
-    k = next(k for k in range(len(live) // size) if 0 < live[k * size : (k + 1) * size].sum() < size)
-    micro = {key: v[k * size : (k + 1) * size] if torch.is_tensor(v) and v.ndim else v for key, v in out.items()}
-    micro_live = live[k * size : (k + 1) * size]
-    # A model that plays these states alike ties every group's rewards: advantage 0 on every live row, and a loss and
-    # gradient of 0 whatever is dropped. The live rows get an advantage of their own, the placeholders keep their 0
-    # (a copy: the fixture's batch is shared).
-    micro["advantages"] = micro["advantages"].clone()
-    micro["advantages"][micro_live] = 1.0
+    live = (out["completion_mask"] * out["tool_mask"]).any(1)  # before any reply is masked as cut off
+    # Rows cut off at the length limit (mask_truncated_completions): every live row of the first micro-batch,
+    # which leaves it no loss token at all, and one row of a later micro-batch beside live ones.
+    first = live[:size].nonzero().flatten().tolist()
+    later = next(k for k in range(1, len(live) // size) if live[k * size : (k + 1) * size].sum() > 1)
+    out = truncated(out, [*first, int(live[later * size :].nonzero()[0]) + later * size])
+    # Distinct advantages on the live rows (a tiny model ties many groups); the placeholders keep their 0.
+    out["advantages"] = torch.where(live, torch.linspace(-1.5, 1.5, len(live)), 0.0)
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "importance_sampling_level", "sequence" if loss_type == "luspo" else "token")
 
-    def loss_and_grads(batch):
+    def accumulated(micro_batches):
         trainer.model.zero_grad()
-        loss = trainer.compute_loss(trainer.model, trim_padding(batch))
-        loss.backward()
-        return loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
+        total = 0.0
+        for micro in micro_batches:
+            loss = trainer.compute_loss(trainer.model, micro)
+            loss.backward()
+            total += loss.item()
+        return total, [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
 
-    whole, whole_grads = loss_and_grads(micro)
-    dropped = drop_placeholders(micro)
-    assert len(dropped["prompt_ids"]) == int(micro_live.sum())
-    kept, kept_grads = loss_and_grads(dropped)
-    assert whole != 0 and torch.allclose(kept, whole, atol=1e-6)
-    assert len(kept_grads) == len(whole_grads)
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(kept_grads, whole_grads, strict=True))
+    # TRL's way: the generation batch shuffled, then split into micro-batches that keep every row.
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        mixed = shuffle_sequence_dict(out)
+    reference, reference_grads = accumulated(split_tensor_dict(mixed, trainer.args.steps_per_generation))
+    kept = KeptRows.of(live.tolist(), size, loss_type)  # what the rollout hands the trainer
+    assert (kept is not None) == (handling == "drops") == (loss_type in TOKEN_NORMALISED_LOSSES)
+    ours = trainer.micro_batches(out, kept)
+    rows = sum(len(m["prompt_ids"]) for m in ours)
+    assert rows < len(live) if handling == "drops" else rows == len(live)
+    loss, grads = accumulated(ours)
+    # The scoring pass takes the same chunks, one of them with no loss token left (TRL would score it whole).
+    trainer._scoring = GameBatch([], kept)
+    try:
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+        mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+        with torch.no_grad():
+            scored_logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, out["completion_ids"].size(1), size
+            )
+    finally:
+        trainer._scoring = None
+    assert scored_logps.shape == out["completion_ids"].shape
+    assert reference != 0 and loss == pytest.approx(reference, rel=1e-5, abs=1e-7)
+    assert len(grads) == len(reference_grads)
+    for got, want in zip(grads, reference_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())  # summed in another order
 
 
 def test_the_same_seed_and_step_play_the_same_games(tmp_path):

@@ -26,7 +26,7 @@ CALLABLES = [
     (GRPOTrainer, "_prepare_inputs", ["generation_batch"], "training/trainer.py override"),
     (GRPOTrainer, "_get_per_token_logps_and_entropies", ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy", "compute_aux_loss"], "training/trainer.py override"),
     (GRPOTrainer, "_generate_and_score_completions", ["inputs"], "training/trainer.py override"),
-    (GRPOTrainer, "_generate", ["prompts"], "training/trainer.py override: its first three outputs, the lengths of live turns"),
+    (GRPOTrainer, "_generate", ["prompts"], "training/trainer.py override: its first three outputs, the lengths of live turns; each row's own prompt"),
     (GRPOTrainer, "_get_train_sampler", ["dataset"], "training/trainer.py override"),
     (GRPOTrainer, "_log_metric", ["name", "value"], "training/rollout.py log_game_metrics"),
     (VLLMGeneration, "sync_weights", [], "training/rollout.py awake_for_the_step"),
@@ -53,6 +53,7 @@ ATTRIBUTES = [
     (GRPOTrainer, "_metrics", "training/trainer.py _count_live_turns: the completion lengths it replaces"),
     (GRPOTrainer, "generation_kwargs", "training/rollout.py PolicyPlayer"),
     (GRPOTrainer, "num_iterations", "training/trainer.py"),
+    (GRPOTrainer, "loss_type", "training/rollout.py: whether the micro-batches leave the placeholders out"),
     (GRPOTrainer, "shuffle_dataset", "training/trainer.py sampler"),
     (VLLMGeneration, "_llm_weights_sleeping", "training/rollout.py awake_for_the_step"),
     (VLLMGeneration, "enable_sleep_mode", "training/rollout.py awake_for_the_step"),
@@ -85,3 +86,11 @@ def test_trl_is_pinned_to_the_minor_installed():
     assert pin.specifier.contains(trl.__version__), f"TRL {trl.__version__} is outside the pin {pin}"
     major, minor = (int(p) for p in trl.__version__.split(".")[:2])
     assert not pin.specifier.contains(f"{major}.{minor + 1}.0"), f"{pin} lets the next TRL minor in untested"
+
+
+def test_the_prompts_trl_generates_from_are_those_it_scores_and_logs():
+    """training/trainer.py's _generate gives each row its own turn's prompt by filling the list TRL passed it: TRL
+    must go on to hand that same list to the reward functions and the completions table."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for use in ("self._generate(prompts)", "self._calculate_rewards(inputs, prompts,", "gather_object(prompts)"):
+        assert use in source, f"TRL {trl.__version__} changed _generate_and_score_completions: no {use}"

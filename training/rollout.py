@@ -15,9 +15,9 @@ A game that ended before a slot fills it with a placeholder (prompt and completi
 loss mask 0) whose rewards are all None: TRL leaves it out of its group's mean and std, gives it
 advantage 0, and it adds no loss token. So turn t's advantage is its total (its own shaping plus
 its game's return) against the mean over the games still alive at turn t: a per-slot baseline
-that knows how far the game got. Scale rewards by the batch's std (``--scale_rewards batch``, as
-the README says), not the group's: a late slot with two live games would otherwise turn any
-difference into +-0.71.
+that knows how far the game got. Rewards are scaled by the batch's std (or not at all), never the
+group's: a late slot with two live games would turn any difference into +-0.71
+(``settings.checks.game_objective``).
 
 The trainer's sampler repeats each start state ``SLOTS x num_generations`` times, so the rows of a
 batch arrive whole (``WordleGRPOTrainer``); TRL passes only the prompts to ``rollout_func``, so the
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,7 +40,7 @@ from trl.trainer.utils import pad
 
 from runtime import distributed
 from settings.arguments import SLOTS
-from wordle import row_history, row_secret
+from wordle import render_prompt, row_history, row_secret
 from wordle.decoding import Decoding
 from wordle.game import Game, GameView, count, play
 from wordle.openings import OWN, RANDOM_ANSWER
@@ -184,7 +184,8 @@ class GameBatch:
     prompts alone, and hands the trainer's scoring pass and loss nothing of what the games left out."""
 
     rows: list[dict]  # the batch's dataset rows: the games start from them (the trainer's, in)
-    kept: KeptRows | None = None  # the rows each micro-batch keeps (the rollout's, out)
+    kept: KeptRows | None = None  # the rows each micro-batch keeps; None: every row (the rollout's, out)
+    prompts: list[list[dict[str, str]]] = field(default_factory=list)  # each row's own turn state (out)
 
 
 class GameRollout:
@@ -219,9 +220,11 @@ class GameRollout:
             player.finish()
         log_game_metrics(trainer, games, generations)
         out = self.layout(games, player.records, generations, trainer.eos_token_ids[0])
-        # For the trainer's scoring pass, which skips placeholders as the loss does (its inputs hold no env_mask).
+        # For the trainer's scoring pass, which skips placeholders as the loss does (its inputs hold no env_mask,
+        # and with mask_truncated_completions a live turn cut off has no loss token either).
         live = [bool(mask[0]) for mask in out["env_mask"]]
-        self.batch.kept = KeptRows.of(live, trainer.args.per_device_train_batch_size)
+        self.batch.kept = KeptRows.of(live, trainer.args.per_device_train_batch_size, trainer.loss_type)
+        self.batch.prompts = [render_prompt(history) for history in out["past_guess_history"]]
         return out
 
     def layout(self, games: Sequence[Game], records: dict, generations: int, eos_id: int) -> dict[str, list]:
@@ -264,6 +267,12 @@ class GameRollout:
         return out
 
 
+# TRL's losses whose normaliser counts the loss tokens of the whole generation batch (num_items_in_batch): a row
+# without one adds 0 to the sum and to the count, so the placeholders of ended games can leave the micro-batches.
+# grpo, sapo, luspo and dr_grpo divide by a micro-batch's rows: there every row stays, as in TRL's own batch.
+TOKEN_NORMALISED_LOSSES = ("dapo", "cispo", "vespo")
+
+
 @dataclass(frozen=True)
 class KeptRows:
     """The rows of a game batch that the loss's micro-batches (and the scoring pass's chunks, alike) keep.
@@ -280,8 +289,11 @@ class KeptRows:
     size: int  # rows per micro-batch
 
     @classmethod
-    def of(cls, live: Sequence[bool], size: int) -> KeptRows:
-        """The rows kept when ``live`` is this process's batch (a collective: every process calls it)."""
+    def of(cls, live: Sequence[bool], size: int, loss_type: str = "dapo") -> KeptRows | None:
+        """The rows kept when ``live`` is this process's batch (a collective: every process calls it); None, every
+        row, where ``loss_type``'s normaliser counts rows (``TOKEN_NORMALISED_LOSSES``)."""
+        if loss_type not in TOKEN_NORMALISED_LOSSES:
+            return None
         own = [sum(live[start : start + size]) for start in range(0, len(live), size)]
         counts = [int(n) for n in distributed.max_each_over_processes(own)]
         return cls(list(live), counts, size)

@@ -6,7 +6,8 @@
   (see ``training/rollout.py``), and scores and trains on the batch in chunks trimmed of their
   padding; ``check=GameCheck(...)`` adds greedy games on the validation secrets (from its own opening and a
   random one) to the logs every ``check_steps`` steps, and at the start. TRL's ``completions/*`` lengths count
-  the live turns alone, not the placeholders of games that had ended.
+  the live turns alone, not the placeholders of games that had ended, and its completions table pairs each
+  reply with its own turn's state.
 
 Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
 difference against a bare GRPOTrainer).
@@ -26,7 +27,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 from runtime import distributed
 from runtime.device import memory_source, peak_memory_mb
 from settings.errors import DISK_FULL, ConfigError
-from training.rollout import GameBatch, GameCheck, GameRollout, kept_rows, quiet_placeholder_warning
+from training.rollout import GameBatch, GameCheck, GameRollout, KeptRows, quiet_placeholder_warning
 
 
 class WordleGRPOTrainer(GRPOTrainer):
@@ -72,21 +73,24 @@ class WordleGRPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         if self.game_rollout is None or not self.model.training:
             return super()._prepare_inputs(generation_batch)
-        # TRL's, less the shuffle, plus trimming. One optimizer step takes the whole generation batch
-        # (settings.config sets the accumulation so), so the order of its micro-batches cannot change
-        # the update; kept in slot order, a micro-batch holds turns of one slot, whose prompts are of
-        # similar length, and trimming the columns that are padding in all of its rows stops a turn-1
-        # prompt paying for a turn-6 one's width, and a micro-batch of placeholders from costing anything.
         every = self.args.steps_per_generation * self.num_iterations
         if self._step % every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
-            micro = split_tensor_dict(batch, self.args.steps_per_generation)
-            kept = self.game_rollout.batch.kept
-            self._buffered_inputs = [
-                trim_padding(drop_placeholders(b, None if kept is None else kept.counts[k]))
-                for k, b in enumerate(micro)
-            ]
+            self._buffered_inputs = self.micro_batches(batch, self.game_rollout.batch.kept)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def micro_batches(self, batch: dict, kept: KeptRows | None) -> list[dict]:
+        """A game batch's micro-batches: TRL's, less the shuffle, each without the rows ``kept`` leaves out and
+        trimmed. One optimizer step takes the whole generation batch (settings.config sets the accumulation so),
+        and every loss game mode runs sums its micro-batches into an update that their order cannot change
+        (settings.checks refuses what normalises by a micro-batch's own tokens: bnpo, the entropy bonus, the
+        entropy quantile mask). Kept in slot order, a micro-batch holds turns of one slot, whose prompts are of similar length,
+        and trimming the columns that are padding in all of its rows stops a turn-1 prompt paying for a turn-6
+        one's width, and a micro-batch of placeholders from costing anything."""
+        return [
+            trim_padding(take_rows(micro, None if kept is None else kept.rows(k)))
+            for k, micro in enumerate(split_tensor_dict(batch, self.args.steps_per_generation))
+        ]
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
@@ -110,13 +114,15 @@ class WordleGRPOTrainer(GRPOTrainer):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
             size = len(ids)
             # The placeholders of games that had ended are left out as the loss leaves them out
-            # (drop_placeholders), so that both passes still see identical inputs; their log-probs are
+            # (micro_batches), so that both passes still see identical inputs; their log-probs are
             # masked out of every sum, so zeros stand in for them.
             rows = None if kept is None else kept.rows(start // batch_size)
             if rows is not None:
                 ids, mask = ids[rows], mask[rows]
             used = mask.any(0).nonzero()
-            first, last = int(used[0]), int(used[-1]) + 1  # every row keeps its first completion token
+            # At least the first completion column: with mask_truncated_completions a chunk's rows may all be
+            # masked there, and logits_to_keep 0 would mean every position to the model.
+            first, last = int(used[0]), max(int(used[-1]) + 1, ids.size(1) - logits_to_keep + 1)
             cut = ids.size(1) - last
             chunk_logps, chunk_entropies, chunk_aux = super()._get_per_token_logps_and_entropies(
                 model, ids[:, first:last], mask[:, first:last], logits_to_keep - cut, **kwargs
@@ -137,6 +143,10 @@ class WordleGRPOTrainer(GRPOTrainer):
         if self.game_rollout is not None:
             _, completion_ids, env_mask = out[:3]
             self._count_live_turns(completion_ids, env_mask)
+            # TRL logs (the completions table, the trackers), and hands the reward functions, the prompts it
+            # passed here: the dataset rows' start states. Each row is a turn of a game, so it gets that turn's
+            # state instead; the list is the one TRL goes on to use (tests/test_rollout.py holds it to that).
+            prompts[:] = self.game_rollout.batch.prompts
         return out
 
     def _count_live_turns(self, completion_ids: list[list[int]], env_mask: list[list[int]]) -> None:
@@ -219,26 +229,20 @@ def live_length_metrics(lengths: torch.Tensor, live: torch.Tensor, clipped: torc
     return metrics
 
 
-def drop_placeholders(batch: dict, keep: int | None = None) -> dict:
-    """The micro-batch without its rows that carry no loss token: in game mode, the placeholders of
-    games that had ended (``training/rollout.py``), which still cost a forward and a backward pass at
-    the micro-batch's width. The loss is unchanged: TRL's normalizer counts the generation batch's
-    tokens, and every masked row adds 0. It keeps ``keep`` rows (default: its live rows), as
-    ``KeptRows`` counts them."""
-    mask = batch["completion_mask"]
-    if "tool_mask" in batch:
-        mask = mask * batch["tool_mask"]
-    live = mask.any(1)
-    keep = kept_rows(live, int(live.sum()) if keep is None else keep)
-    if keep is None:
+def take_rows(batch: dict, rows: torch.Tensor | None) -> dict:
+    """The micro-batch with only ``rows`` (``KeptRows.rows``: its live turns, and as many placeholders as
+    keep it as tall as the fullest process's), or whole with None. A placeholder of a game that had ended
+    carries no loss token, yet costs a forward and a backward pass at the micro-batch's width; leaving it
+    out changes no update where the loss's normaliser counts the batch's tokens (``drops_placeholders``)."""
+    if rows is None:
         return batch
-    rows = mask.size(0)
+    size = batch["completion_mask"].size(0)
     out = dict(batch)
     for key, value in batch.items():
-        if torch.is_tensor(value) and value.ndim > 0 and value.size(0) == rows:
-            out[key] = value[keep]
-        elif isinstance(value, list) and len(value) == rows:
-            out[key] = [value[i] for i in keep.tolist()]
+        if torch.is_tensor(value) and value.ndim > 0 and value.size(0) == size:
+            out[key] = value[rows]
+        elif isinstance(value, list) and len(value) == size:
+            out[key] = [value[i] for i in rows.tolist()]
     return out
 
 
@@ -247,7 +251,9 @@ def trim_padding(batch: dict) -> dict:
     completion columns that are right padding in every row (the per-token tensors alike)."""
     prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
     start = int(prompt_mask.any(0).nonzero()[0])
-    end = int(completion_mask.any(0).nonzero()[-1]) + 1
+    # At least one completion column: with mask_truncated_completions every row of a micro-batch can be masked.
+    used = completion_mask.any(0).nonzero()
+    end = int(used[-1]) + 1 if len(used) else 1
     width = completion_mask.shape[1]
     out = dict(batch)
     for key in ("prompt_ids", "prompt_mask"):

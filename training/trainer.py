@@ -84,9 +84,9 @@ class WordleGRPOTrainer(GRPOTrainer):
         trimmed. One optimizer step takes the whole generation batch (settings.config sets the accumulation so),
         and every loss game mode runs sums its micro-batches into an update that their order cannot change
         (settings.checks refuses what normalises by a micro-batch's own tokens: bnpo, the entropy bonus, the
-        entropy quantile mask). Kept in slot order, a micro-batch holds turns of one slot, whose prompts are of similar length,
-        and trimming the columns that are padding in all of its rows stops a turn-1 prompt paying for a turn-6
-        one's width, and a micro-batch of placeholders from costing anything."""
+        entropy quantile mask). Kept in slot order, a micro-batch holds turns of one slot, whose prompts are of
+        similar length, and trimming the columns that are padding in all of its rows stops a turn-1 prompt paying
+        for a turn-6 one's width, and a micro-batch of placeholders from costing anything."""
         return [
             trim_padding(take_rows(micro, None if kept is None else kept.rows(k)))
             for k, micro in enumerate(split_tensor_dict(batch, self.args.steps_per_generation))

@@ -16,7 +16,7 @@ from tinymodel.stand_in import build_qwen_dir
 # The cpu profile's `tiny:` section trains whole games with the main job's settings (profiles/cpu.yaml).
 # Tests of the turn-mode machinery ask for turn mode and TRL's defaults for what that section sets.
 TURN_MODE = ["--rollout", "turn", "--gradient_accumulation_steps", "1", "--temperature", "1.0"]
-TURN_MODE += ["--beta", "0.0", "--scale_rewards", "group"]
+TURN_MODE += ["--beta", "0.0"]
 
 
 @pytest.fixture(scope="session")

@@ -55,6 +55,7 @@ class FakeTrainer:
         self.args = SimpleNamespace(report_to=[], vllm_mode=mode, vllm_tensor_parallel_size=1, seed=0)
         self.state, self._last_loaded_step = SimpleNamespace(global_step=0), 0  # this step's weights are in
         self.eos_token_ids, self.processing_class, self.calls = [EOS], Tokenizer(), 0
+        self.loss_type = "dapo"  # TRL's default; GameRollout reads it to choose which rows the loss keeps
 
     def _tokenize_prompts(self, prompts):
         self.calls += 1

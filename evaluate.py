@@ -47,7 +47,7 @@ from evaluation.run import evaluate_baselines, evaluate_model, select_secrets, w
 from evaluation.vllm_backend import LocalEngine, ServerEngine, ServerError
 from models.loading import load_for_inference, load_generation_side, load_vllm
 from settings.cli import help_requested, run_cli
-from settings.errors import ConfigError
+from settings.errors import ConfigError, writing
 from settings.evaluation import EvalArguments, decoding, openings, parse, run_config
 
 logger = logging.getLogger("evaluate")
@@ -120,13 +120,14 @@ def run(args: EvalArguments, out_console: Console) -> list:
         model_note = f"model {args.model}" + (f", adapter {args.adapter}" if args.adapter else "")
         model_note += f", {args.backend} backend" + (f" at {args.vllm_server}" if args.vllm_server else "")
         notes = [f"{model_note}; {model_decoding.describe()}"]
-        write_json(out / "eval.json", results, settings)
-        (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
-        first = next(iter(groups.values()))  # the plots: the first opening's games
-        plot_guess_histogram(first, out / "guesses.png")
-        plot_by_turn(first, out / "by_turn.png")
-        if args.train_log and plot_reward_curves(args.train_log, out / "rewards.png") is None:
-            logger.warning("%s holds no reward logs: no rewards.png", args.train_log)
+        with writing(out, then="rerun it"):
+            write_json(out / "eval.json", results, settings)
+            (out / "eval.md").write_text(markdown(results, replays=args.replays, notes=notes), encoding="utf-8")
+            first = next(iter(groups.values()))  # the plots: the first opening's games
+            plot_guess_histogram(first, out / "guesses.png")
+            plot_by_turn(first, out / "by_turn.png")
+            if args.train_log and plot_reward_curves(args.train_log, out / "rewards.png") is None:
+                logger.warning("%s holds no reward logs: no rewards.png", args.train_log)
         logger.info("wrote eval.json, eval.md and the plots to %s", out)
     return results
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = RichHandler(console=Console(stderr=True), show_path=False)  # logs on stderr, results on stdout
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
     transformers.utils.logging.set_verbosity_warning()
-    return run_cli(lambda: run(parse(argv), console()))
+    return run_cli(lambda: run(parse(argv), console()), then="rerun it")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from runtime.device import MpsCacheCallback
 from settings.arguments import DASHED, ScriptArguments
 from settings.cli import brief, help_requested, run_cli
 from settings.config import Resolved, help_defaults, make_parser, resolve
-from settings.errors import ConfigError
+from settings.errors import ConfigError, writing
 from settings.summary import to_yaml
 from training.before_after import card_evaluation, evaluate_end, evaluate_start
 from training.card import PortableCheckpoints, write_model_card
@@ -191,21 +191,26 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     before = None if skip else evaluate_start(resolved, model, tokenizer, run.out, resuming=bool(run.checkpoint))
     # Trainer, train, save.
     trainer = make_trainer(resolved, model, tokenizer, train_dataset)
-    fit(resolved, trainer, run.checkpoint)
-    save(resolved, run, trainer, tokenizer)
-    # Evaluate again: the before/after tables and plots, then the adapter's card that shows them.
-    results = None if before is None else evaluate_end(resolved, trainer, tokenizer, run.out, before)
-    if not distributed.is_main() or not resolved.model.use_peft:  # the card describes an adapter
-        return trainer
-    write_model_card(
-        run.out,
-        base_model=resolved.model.model_name_or_path,
-        profile=resolved.script.profile,
-        command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
-        rewards=resolved.weights,
-        steps=trainer.state.global_step,
-        eval_markdown_table=None if results is None else card_evaluation(results),
-    )
+    with writing(run.out):  # a full disk in a checkpoint or the trackers' files: the checkpoints stay whole
+        fit(resolved, trainer, run.checkpoint)
+    with writing(run.out):
+        save(resolved, run, trainer, tokenizer)
+    # Evaluate again: the before/after tables and plots, then the adapter's card that shows them. The adapter is
+    # saved by now: a disk that fills here costs the evaluation alone, which evaluate.py plays again.
+    again = f"python evaluate.py --adapter {run.out} --out {run.out / 'eval'} (the adapter is saved)"
+    with writing(run.out / "eval", then=again):
+        results = None if before is None else evaluate_end(resolved, trainer, tokenizer, run.out, before)
+        if not distributed.is_main() or not resolved.model.use_peft:  # the card describes an adapter
+            return trainer
+        write_model_card(
+            run.out,
+            base_model=resolved.model.model_name_or_path,
+            profile=resolved.script.profile,
+            command=shlex.join(["python", "grpo_train.py", *resolved.argv]),
+            rewards=resolved.weights,
+            steps=trainer.state.global_step,
+            eval_markdown_table=None if results is None else card_evaluation(results),
+        )
     return trainer
 
 

@@ -7,14 +7,17 @@ Every failure a user can cause here becomes one ``ConfigError`` line that says w
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from jinja2.exceptions import TemplateError
 from peft import PeftModel
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -243,7 +246,34 @@ def _adapter_dir(adapter: str | Path | None) -> Path | None:
     if not (adapter_dir / "adapter_config.json").is_file():
         raise ConfigError(f"adapter directory {adapter_dir.resolve()} has no adapter_config.json (not a LoRA adapter)")
     read_config(adapter_dir / "adapter_config.json")
+    for weights in sorted(adapter_dir.glob("adapter_model.*")):
+        problem = damage(weights)
+        if problem is not None:
+            checkpoints = sorted(
+                (c for c in adapter_dir.glob("checkpoint-*/adapter_model.safetensors") if damage(c) is None),
+                key=lambda c: int(c.parent.name.split("-")[-1]) if c.parent.name.split("-")[-1].isdigit() else -1,
+            )
+            instead = f", or evaluate a checkpoint: --adapter {checkpoints[-1].parent}" if checkpoints else ""
+            raise ConfigError(f"the adapter file {weights} is damaged ({problem}): restore it{instead}")
     return adapter_dir
+
+
+def damage(path: Path) -> str | None:
+    """Why a saved weights or state file cannot be read, found from its framing alone (cheap at any size), or None.
+    A safetensors header must cover the whole file; torch's .pt, .pth and .bin files are zip archives whose
+    directory sits at the end, which a truncated copy loses; JSON must parse."""
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt"):
+                pass
+        elif path.suffix in (".pt", ".pth", ".bin"):
+            with zipfile.ZipFile(path):
+                pass
+        elif path.suffix == ".json":
+            json.loads(path.read_text())
+    except (SafetensorError, zipfile.BadZipFile, OSError, ValueError) as exc:  # each format's own kind
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def _inference_tokenizer(

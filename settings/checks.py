@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
@@ -20,6 +22,7 @@ from settings.arguments import MERGE_DTYPES, SLOTS, ScriptArguments
 from settings.errors import ConfigError, unknown
 from settings.launch import launch_problem
 from wordle.completion import guess_regex
+from wordle.feedback import CACHE_ENV
 from wordle.openings import Opening
 from wordle.words import train_secrets
 
@@ -30,6 +33,29 @@ HAS_NEW_CHECKPOINTING = NEW_CHECKPOINTING in {f.name for f in dataclasses.fields
 # On CPU, vLLM sizes its KV cache from this variable (GiB), else from a share of RAM (peaks of 3.6-4.5 GB
 # measured on the embedded model, 2.1 GB with 1 GiB). A run that uses vLLM on CPU sets it if the user did not.
 VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT = "VLLM_CPU_KVCACHE_SPACE", "1"
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """ConfigError when the directory ``path`` (made later if missing) cannot be written there: a read-only mount,
+    a folder that is not the user's, a full disk. Probed by writing, since permissions miss a read-only mount."""
+    folder = path.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return  # a file where a directory goes: the caller's own check says so
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        inside = "" if folder == path.absolute() else f" (in {folder})"
+        raise ConfigError(f"{flag} {path} cannot be written{inside}: {exc.strerror}; choose another {flag}") from None
+
+
+def check_cache_dir() -> None:
+    """A cache directory the user named (``$WORDLE_GRPO_CACHE_DIR``) that cannot be written is refused; the default
+    one falls back to building the pattern matrix in memory, with a warning (``wordle.feedback``)."""
+    if os.environ.get(CACHE_ENV):
+        check_writable(Path(os.environ[CACHE_ENV]), CACHE_ENV)
 
 
 # (field, lowest valid value, what it counts): a value below is a typo, caught before anything runs.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from settings.errors import DISK_FULL, ConfigError
+from settings.errors import ConfigError, Stopped, disk_full_line, is_disk_full
 
 HELP_ALL = "--help-all"
 
@@ -112,17 +112,20 @@ def help_requested(
     return True
 
 
-def run_cli(body: Callable[[], object]) -> int:
-    """Run ``body()``: exit code 0, or 2 with one ``error:`` line on stderr for a user error."""
+def run_cli(body: Callable[[], object], then: str = "rerun with --resume") -> int:
+    """Run ``body()``: exit code 0, or 2 with one ``error:`` line on stderr for a user error. ``then``: what to do
+    once space is back, when a write found the disk full."""
     try:
         body()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # any other write that ran out of space: the adapter, the evaluation's files
-        if exc.errno not in DISK_FULL:
+    except Stopped as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return exc.code
+    except Exception as exc:  # any other write that ran out of space, whichever library raised it
+        if not is_disk_full(exc):
             raise
-        where = f" writing {exc.filename}" if exc.filename else ""
-        print(f"error: the disk filled{where} ({exc.strerror}): free space, then rerun with --resume", file=sys.stderr)
+        print(f"error: {disk_full_line(exc, None, then)}", file=sys.stderr)
         return 2
     return 0

@@ -15,6 +15,7 @@ from transformers import HfArgumentParser
 from evaluation.plots import load_log_history
 from evaluation.run import SPLITS
 from settings.arguments import CONFIG_FILE, TINY
+from settings.checks import check_cache_dir, check_writable
 from settings.errors import ConfigError
 from wordle.decoding import CONSTRAIN_CHOICES, Decoding
 from wordle.openings import Opening
@@ -144,6 +145,9 @@ def parse(argv: list[str]) -> EvalArguments:
         raise ConfigError(f"adapter directory {Path(args.adapter).resolve()} does not exist")
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
         raise ConfigError(f"--out {args.out} is a file, not a directory: choose another --out")  # before any game
+    check_cache_dir()
+    if args.out is not None:
+        check_writable(Path(args.out), "--out")
     apply_run_config(args)
     if args.constrain is not None and args.constrain not in CONSTRAIN_CHOICES:
         raise ConfigError(f"unknown --constrain {args.constrain!r}; valid: {', '.join(CONSTRAIN_CHOICES)}")
@@ -196,7 +200,7 @@ def apply_run_config(args: EvalArguments) -> None:
         try:
             config = yaml.safe_load(saved.read_text())
             run, script = config["evaluation"], config.get("script") or {}
-        except (yaml.YAMLError, TypeError, KeyError):
+        except (yaml.YAMLError, TypeError, KeyError, ValueError):  # ValueError: not text (UnicodeDecodeError)
             raise ConfigError(f"{saved} is not a run's configuration (no evaluation section): was it edited?") from None
     defaults = {"model": TINY, "games": 300, "seed": DEFAULT_SEED, "max_new_tokens": None, "openings": ["own"]}
     for name, default in defaults.items():

@@ -160,3 +160,36 @@ def test_long_prompts_are_dropped_and_counted(rows, caplog):
         kept = drop_long_prompts(ds, _CountingTokenizer(), limit)
     assert len(kept) == sum(n <= limit for n in lengths)
     assert f"dropped {40 - len(kept)} of 40 prompts" in caplog.text
+
+
+# The same rows as a JSONL file and a course CSV, saved as other tools save them.
+JSONL = (
+    '{"secret": "BRINE", "past_guess_history": [["CRANE", "BGBGG"]]}\n{"secret": "SLATE", "past_guess_history": []}\n'
+)
+CSV = "prompt,secret,past_guess_history\nignored,BRINE,\"[['CRANE', 'C(x) R(✓) A(x) N(✓) E(✓)']]\"\nignored,SLATE,[]\n"
+
+
+@pytest.mark.parametrize("name, text", [("rows.jsonl", JSONL), ("rows.csv", CSV)])
+@pytest.mark.parametrize(
+    "saved_as",
+    [
+        lambda text: text.encode(),
+        lambda text: b"\xef\xbb\xbf" + text.encode(),  # a byte-order mark (Excel, Notepad)
+        lambda text: text.replace("\n", "\r\n").encode(),  # Windows line endings
+        lambda text: b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode(),
+    ],
+    ids=["utf-8", "bom", "crlf", "bom-crlf"],
+)
+def test_a_dataset_saved_with_a_bom_or_windows_line_endings_loads_as_the_same_rows(tmp_path, name, text, saved_as):
+    path = tmp_path / name
+    path.write_bytes(saved_as(text))
+    loaded = [(r["secret"], r["past_guess_history"]) for r in load_rows(path)]
+    assert loaded == [("BRINE", [["CRANE", "BGBGG"]]), ("SLATE", [])]
+
+
+@pytest.mark.parametrize("name, text, line", [("rows.jsonl", JSONL, 2), ("rows.csv", CSV, 3)])
+def test_a_dataset_in_another_encoding_names_its_first_line_that_is_not_utf8(tmp_path, name, text, line):
+    path = tmp_path / name
+    path.write_bytes(text.replace("SLATE", "SLATÉ").encode("latin-1", errors="replace"))
+    with pytest.raises(ValueError, match=rf"^line {line}: not UTF-8 text \(byte 0xc9, .*save the file as UTF-8"):
+        load_rows(path)

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 import pytest
+import safetensors.torch
 import torch
 from huggingface_hub import constants as hub_constants
 
@@ -32,7 +33,7 @@ import tinymodel
 from models import loading as modeling
 from runtime import device as devices
 from runtime import distributed
-from settings import launch
+from settings import checks, launch
 from training import before_after, run
 from training.trainer import WordleGRPOTrainer
 
@@ -239,9 +240,16 @@ TRAIN_CASES = [
     Case(
         "dataset too small for a step",
         ["--dataset", "rows.jsonl"],
-        "one step takes 4 start states, and",
+        "one step takes 4 start states, and dataset rows.jsonl has 1",
         "one",
         row="a dataset too small for one step (TRL would train no step, in silence)",
+    ),
+    Case(
+        "dataset in another encoding",
+        ["--dataset", "rows.jsonl"],
+        "rows.jsonl: line 2: not UTF-8 text (byte 0xe9",
+        "latin1",
+        row="a dataset file saved in another encoding than UTF-8",
     ),
     Case(
         "empty dataset file",
@@ -315,6 +323,21 @@ TRAIN_CASES = [
         "outfile",
         row="an `--output_dir` that is a file",
     ),
+    Case(
+        "run configuration that does not parse",
+        [],
+        "outputs/cpu/wordle_grpo_config.yaml is not a run's configuration (no model section)",
+        "garbled",
+        row="a finished run whose `wordle_grpo_config.yaml` does not parse",
+    ),
+    Case(
+        "output dir cannot be written",
+        [],
+        "--output_dir outputs/cpu cannot be written (in /",
+        "readonly",
+        row="an `--output_dir` that cannot be written (a read-only mount, another user's folder)",
+    ),
+    Case("cache dir cannot be written", [], "cannot be written", "readonlycache"),
     Case(
         "checkpoints already there",
         [],
@@ -437,10 +460,10 @@ TRAIN_CASES = [
     ),
     Case(
         "finished steps, unsaved adapter",
-        ["--resume"],
-        "reached max_steps (100) but the run stopped before saving",
+        [],
+        "it reached max_steps (100) but stopped before saving its adapter: pass --resume to save it",
         "unsaved",
-        row="`--resume` where the last checkpoint reached `max_steps` but the run stopped before saving",
+        row="a run whose last checkpoint reached `max_steps` but that stopped before saving its adapter",
     ),
     Case(
         "disk full while saving a checkpoint",
@@ -486,6 +509,10 @@ FILES = {
         "outputs/cpu/adapter_config.json": '{"peft_type": "LORA"}',
         "outputs/cpu/wordle_grpo_config.yaml": "model:\n  name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n",
     },
+    "garbled": {  # a finished run whose configuration was cut short in a copy
+        "outputs/cpu/adapter_config.json": '{"peft_type": "LORA"}',
+        "outputs/cpu/wordle_grpo_config.yaml": "model:\n  name_or_path: [tiny\n",
+    },
     # The last checkpoint is at the profile's max_steps, but the adapter was never saved beside it.
     "unsaved": {"outputs/cpu/checkpoint-100/trainer_state.json": '{"global_step": 100}'},
     # Evaluating: an adapter directory whose run configuration was edited into a list.
@@ -499,6 +526,24 @@ FILES = {
 def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
     for name, text in FILES.get(kind, {}).items():
         write(tmp / name, text)
+    if kind == "latin1":  # a spreadsheet's export in Windows-1252: a line 2 with a name in it
+        rows = '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "CRANE", "note": "Ren\u00e9"}\n'
+        write(tmp / "rows.jsonl", "").write_bytes(rows.encode("cp1252"))
+    if kind == "cutadapter":  # the first half of a real adapter file
+        weights = safetensors.torch.save({"base_model.model.lm_head.lora_A.weight": torch.zeros(8, 64)})
+        write(tmp / "cut" / "adapter_config.json", '{"peft_type": "LORA"}')
+        (tmp / "cut" / "adapter_model.safetensors").write_bytes(weights[: len(weights) // 2])
+    if kind in ("readonly", "readonlycache"):  # the test's directory as a read-only mount makes it (root can write
+        real = checks.tempfile.TemporaryFile  # a folder without write permission: only a mount stops it)
+
+        def probe(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir) == tmp:
+                raise OSError(errno.EROFS, "Read-only file system")
+            return real(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(checks.tempfile, "TemporaryFile", probe)
+        if kind == "readonlycache":
+            monkeypatch.setenv("WORDLE_GRPO_CACHE_DIR", str(tmp / "cache"))
     if kind == "hub":  # a real connection refused, on loopback: the path a user without network takes
         monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")
         monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
@@ -549,7 +594,10 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
     elif kind in ("oom", "oom-cpu"):  # memory runs out in the first step: on an Apple GPU, or here
         if kind == "oom":
             monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: True)
-        _reach_the_trainer(monkeypatch, lambda resolved: SimpleNamespace(train=_out_of_memory))
+        _reach_the_trainer(
+            monkeypatch,
+            lambda resolved: SimpleNamespace(train=_out_of_memory, add_callback=_ignore, remove_callback=_ignore),
+        )
     elif kind == "diskfull":
         monkeypatch.setattr(WordleGRPOTrainer.__mro__[1], "_save_checkpoint", _disk_full)
         _reach_the_trainer(monkeypatch, _trainer_that_saves)
@@ -560,6 +608,10 @@ def _reach_the_trainer(monkeypatch, make_trainer) -> None:
     for name in ("load_tokenizer", "check_reply_fits", "log_memory_estimate", "load_model", "dataset"):
         monkeypatch.setattr(grpo_train, name, lambda *a, **k: None)
     monkeypatch.setattr(grpo_train, "make_trainer", lambda resolved, *a, **k: make_trainer(resolved))
+
+
+def _ignore(callback) -> None:  # a stand-in trainer's add_callback: nothing to call back
+    return None
 
 
 def _out_of_memory(**kwargs):
@@ -576,6 +628,7 @@ def _trainer_that_saves(resolved) -> WordleGRPOTrainer:
     trainer = WordleGRPOTrainer.__new__(WordleGRPOTrainer)
     trainer.args, trainer.state = resolved.training, SimpleNamespace(global_step=2)
     trainer.train = lambda **kwargs: trainer._save_checkpoint(None, None)
+    trainer.add_callback = trainer.remove_callback = _ignore
     return trainer
 
 
@@ -674,6 +727,21 @@ EVALUATE_CASES = [
         row="`evaluate.py --backend vllm` without vLLM",
     ),
     Case("out is a file", ["--games", "2"], "--out eval-out is a file, not a directory", "evalout"),
+    Case("out cannot be written", ["--games", "2"], "--out eval-out cannot be written (in /", "readonly"),
+    Case(
+        "adapter weights cut short",
+        ["--adapter", "{tmp}/cut"],
+        "cut/adapter_model.safetensors is damaged (Error while deserializing header",
+        "cutadapter",
+        row="`evaluate.py --adapter` whose weights file is damaged (a copy cut short)",
+    ),
+    Case(
+        "cache dir cannot be written",
+        ["--games", "2"],
+        "WORDLE_GRPO_CACHE_DIR /",
+        "readonlycache",
+        row="a cache directory named by `$WORDLE_GRPO_CACHE_DIR` that cannot be written",
+    ),
 ]
 
 
@@ -850,4 +918,26 @@ def test_the_readme_counts_the_rows_of_docs_errors():
     said = re.search(r"All (\d+), launchers", " ".join((ROOT / "README.md").read_text().split()))
     assert said and int(said.group(1)) == situations, (
         f"README says {said and said.group(1)}, docs/errors.md has {situations}"
+    )
+
+
+def test_a_real_read_only_mount_is_refused_before_anything_loads(tmp_path, capsys, no_loading):
+    """The cases above inject the error a read-only mount gives; where this machine lets the test mount one, the
+    real thing."""
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command on this machine")
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    mounting = ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)]
+    made = subprocess.run(mounting, check=False, capture_output=True)
+    if made.returncode:
+        pytest.skip("mounting a read-only filesystem needs privileges this machine does not give")
+    try:
+        code = grpo_train.main(["--profile", "cpu", "--output_dir", str(mount / "run")])
+        line = one_line_error(capsys, code, tmp_path)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert (
+        line
+        == f"error: --output_dir {mount}/run cannot be written (in {mount}): Read-only file system; choose another --output_dir"
     )

@@ -5,7 +5,10 @@ on whole games, and a real game-mode run of the embedded model."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import shlex
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import grpo_train
 from evaluation.play import RandomCandidatePlayer
 from rewards import GAME_WEIGHTS, REWARD_FUNCS, REWARD_RANGES, get_reward_funcs
-from settings.arguments import SLOTS
+from settings.arguments import CONFIG_FILE, SLOTS
 from settings.config import resolve
 from settings.errors import ConfigError
 from settings.summary import summary
@@ -330,6 +333,41 @@ def test_a_game_mode_run_trains_logs_games_and_resumes_with_the_same_games(tmp_p
     assert game_logs(resumed)[-1] == logs[-1]
     adapter = "adapter_model.safetensors"
     assert (tmp_path / "cut" / adapter).read_bytes() == (tmp_path / "full" / adapter).read_bytes()
+
+
+def test_a_run_stopped_by_sigterm_saves_says_how_to_finish_and_resumes_to_the_same_adapter(tmp_path, capsys):
+    """Preemption mid-step: the step finishes, its checkpoint is saved (checkpoint-2 is the regular one), the line
+    gives the --resume command, and the resumed run ends with the adapter of a run that was never stopped."""
+    full = train(tmp_path / "full", "--max_steps", "4")
+    assert full.state.global_step == 4
+
+    class Preempt(TrainerCallback):  # the cluster's SIGTERM, while step 3 runs
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    make_trainer = grpo_train.make_trainer
+
+    def preempted(*args):
+        trainer = make_trainer(*args)
+        trainer.add_callback(Preempt())
+        return trainer
+
+    out = tmp_path / "cut"
+    argv = [*GAME, "--output_dir", str(out), "--max_steps", "4"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grpo_train, "make_trainer", preempted)
+        assert grpo_train.main(argv) == 128 + signal.SIGTERM
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    again = shlex.join(["python", "grpo_train.py", *argv, "--resume"])
+    assert line == f"stopped: SIGTERM at step 3 of 4, checkpoint-3 saved in {out}; to finish: {again}"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone with the run
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    assert not (out / CONFIG_FILE).exists()
+
+    assert grpo_train.main(shlex.split(again)[2:]) == 0
+    adapter = "adapter_model.safetensors"
+    assert (out / adapter).read_bytes() == (tmp_path / "full" / adapter).read_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 import torch
 from conftest import TURN_MODE
 from peft import PeftModel
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -29,6 +31,7 @@ from runtime import distributed
 from settings.arguments import CONFIG_FILE
 from settings.config import resolve
 from tinymodel import MODEL_DIR
+from training import before_after
 from wordle import train_secrets
 from wordle.decoding import Decoding
 
@@ -210,6 +213,34 @@ def test_resume_after_kill_9_reaches_max_steps_with_nothing_lost(tmp_path):
     assert (out / "adapter_model.safetensors").is_file()
 
 
+def test_sigterm_stops_at_the_step_s_end_with_a_checkpoint_and_resume_finishes(tmp_path):
+    """A real SIGTERM, as a cluster sends it: the process saves the step it was on and exits 143 with one line that
+    gives the --resume command; no checkpoint is torn; the resumed run logs every step once."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_train_cmd(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint-2" / "trainer_state.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)  # a hang guard: it stops when the step under way ends
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
+    line = err.decode().strip().splitlines()[-1]
+    assert line.startswith("stopped: SIGTERM at step ") and line.endswith(" --resume"), line
+    step = int(line.split("at step ")[1].split()[0])
+    assert f"checkpoint-{step} saved in {out}" in line and step < 12
+    assert all((c / "trainer_state.json").is_file() for c in out.glob("checkpoint-*"))  # none torn
+
+    resumed = subprocess.run(
+        _train_cmd(out, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())
+    assert [h["step"] for h in state["log_history"] if "reward" in h] == list(range(1, 13))
+
+
 # --- the MPS cache callback --------------------------------------------------------------------------
 
 
@@ -314,14 +345,26 @@ def test_the_readme_main_job_trains_the_embedded_model_to_a_saved_adapter(tmp_pa
     assert rise["low"] > 0, rise
 
 
-def test_a_disk_that_fills_during_a_save_is_one_line_and_a_resume_finishes(tmp_path, monkeypatch, capsys):
+# What each library raised when a write found no space, measured on a full tmpfs: Python's own writes, torch.save
+# (the optimizer's state), and safetensors (the adapter's weights). Injected here: a small mount needs privileges.
+NO_SPACE = {
+    "oserror": lambda path: OSError(errno.ENOSPC, "No space left on device", str(path)),
+    "torch": lambda path: RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"),
+    "safetensors": lambda path: SafetensorError(
+        "Error while serializing: I/O error: No space left on device (os error 28)"
+    ),
+}
+
+
+@pytest.mark.parametrize("raised", list(NO_SPACE))
+def test_a_disk_that_fills_during_a_save_is_one_line_and_a_resume_finishes(tmp_path, monkeypatch, capsys, raised):
     out = tmp_path / "out"
     argv = [*QUICK, "--output_dir", str(out), "--max_steps", "3", "--save_steps", "1", "--skip_eval", "true"]
     real = grpo_train.WordleGRPOTrainer._save_optimizer_and_scheduler
 
     def full_at_step_2(trainer, output_dir):
         if trainer.state.global_step == 2:  # the weights are written, the optimizer's state is not
-            raise OSError(errno.ENOSPC, "No space left on device", str(Path(output_dir) / "optimizer.pt"))
+            raise NO_SPACE[raised](Path(output_dir) / "optimizer.pt")
         real(trainer, output_dir)
 
     with monkeypatch.context() as patch:
@@ -338,6 +381,114 @@ def test_a_disk_that_fills_during_a_save_is_one_line_and_a_resume_finishes(tmp_p
     assert grpo_train.main([*argv, "--resume"]) == 0  # space is back
     assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
     assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_a_real_full_disk_at_the_first_checkpoint_then_space_returns(tmp_path, capsys):
+    """On a small tmpfs (where this machine lets the test mount one): the real libraries' errors, then a rerun."""
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command on this machine")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)], check=False, capture_output=True
+    )
+    if made.returncode:
+        pytest.skip("mounting a small filesystem needs privileges this machine does not give")
+    try:
+        argv = [
+            *QUICK,
+            "--output_dir",
+            str(disk / "run"),
+            "--max_steps",
+            "1",
+            "--save_steps",
+            "1",
+            "--skip_eval",
+            "true",
+        ]
+        assert grpo_train.main(argv) == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith(f"error: the disk filled while saving checkpoint-1 in {disk / 'run'} (")
+        assert line.endswith("there is no earlier one: free space, then rerun without --resume")
+        assert not (disk / "run" / "checkpoint-1").exists()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # space is back
+        assert grpo_train.main(argv) == 0
+        assert (disk / "run" / "adapter_model.safetensors").is_file()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_disk_that_fills_while_the_adapter_is_saved_loses_nothing(tmp_path, monkeypatch, capsys):
+    """Every step trained, the final save fails: one line naming the directory, and --resume saves the adapter of
+    the last checkpoint without a step more, then plays the games after."""
+    out = tmp_path / "out"
+    argv = [*QUICK, "--output_dir", str(out), "--max_steps", "2", "--save_steps", "1", "--eval_games", "1"]
+    real = grpo_train.WordleGRPOTrainer.save_model
+
+    def full(trainer, output_dir=None, _internal_call=False):
+        if not _internal_call:  # the final save, not a checkpoint's
+            raise NO_SPACE["safetensors"](output_dir)
+        real(trainer, output_dir, _internal_call)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(grpo_train.WordleGRPOTrainer, "save_model", full)
+        assert grpo_train.main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        line == f"error: the disk filled writing {out} (No space left on device): free space, then rerun with --resume"
+    )
+    assert not (out / CONFIG_FILE).exists() and (out / "checkpoint-2" / "trainer_state.json").is_file()
+    assert grpo_train.main(argv) == 2  # a plain rerun says what to do
+    assert "pass --resume to save it" in capsys.readouterr().err
+
+    trainer = grpo_train.train(resolve([*argv, "--resume", "true"]))
+    assert trainer.state.global_step == 2 and (out / CONFIG_FILE).is_file()  # no step more
+    saved, last = (
+        load_file(out / "adapter_model.safetensors"),
+        load_file(out / "checkpoint-2" / "adapter_model.safetensors"),
+    )
+    assert saved.keys() == last.keys() and all(torch.equal(saved[k], last[k]) for k in saved)
+    assert (out / "eval" / "after.json").is_file() and "| after |" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("damaged", ["optimizer.pt", "adapter_model.safetensors", "trainer_state.json"])
+def test_resume_skips_a_checkpoint_with_a_damaged_file_and_says_which(tmp_path, caplog, damaged):
+    """A copy cut short: --resume falls back to the newest whole checkpoint, saying once which file it skipped."""
+    out = tmp_path / "out"
+    argv = [*QUICK, "--output_dir", str(out), "--save_steps", "1", "--skip_eval", "true"]
+    assert grpo_train.train(resolve([*argv, "--max_steps", "2"])) is not None
+    cut = out / "checkpoint-2" / damaged
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    with caplog.at_level("WARNING"):
+        trainer = grpo_train.train(resolve([*argv, "--max_steps", "3", "--resume", "true"]))
+    skipped = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert len(skipped) == 1 and str(out / "checkpoint-2") in skipped[0]
+    assert damaged in skipped[0] or damaged == "trainer_state.json"  # that one: "not completely written"
+    assert trainer.state.global_step == 3
+    steps = [h["step"] for h in trainer.state.log_history if "reward" in h]
+    assert steps == [1, 2, 3], steps  # resumed after step 1: step 2 trained again, on the same data
+
+
+def test_a_disk_that_fills_in_the_games_after_keeps_the_adapter_and_says_how_to_play_them(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "out"
+    real = before_after.write_json
+
+    def full(path, *args, **kwargs):
+        if path.name == "after.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(before_after, "write_json", full)
+    assert grpo_train.main([*QUICK, "--output_dir", str(out), "--max_steps", "1", "--eval_games", "1"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    again = f"python evaluate.py --adapter {out} --out {out / 'eval'} (the adapter is saved)"
+    assert (
+        line
+        == f"error: the disk filled writing {out / 'eval' / 'after.json'} (No space left on device): free space, then {again}"
+    )
+    assert (out / "adapter_model.safetensors").is_file() and (out / CONFIG_FILE).is_file()
 
 
 def test_checkpoints_name_the_base_as_the_run_did_and_carry_no_empty_card(tmp_path):

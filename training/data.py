@@ -207,7 +207,9 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     if fmt is None:
         raise ValueError(f"dataset file {path}: unknown format {path.suffix!r}; use one of {', '.join(_FORMATS)}")
     if fmt in ("json", "csv"):  # datasets' readers stop on an empty file with a StopIteration
-        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        data = path.read_bytes()
+        check_utf8(data)
+        lines = [line for line in data.splitlines() if line.strip()]
         if len(lines) <= (fmt == "csv"):  # a CSV's first line is its header
             raise ValueError("the file is empty: it holds no rows")
     # keep_in_memory and no cache dir: a small local file, and nothing written beside it. Quiet: a
@@ -233,6 +235,18 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
             if "past_guess_history" in row:
                 row["past_guess_history"] = _course_history(where(i), row["past_guess_history"])
     return validate_rows(rows, where=where)
+
+
+def check_utf8(data: bytes) -> None:
+    """ValueError naming the first line that is not UTF-8 text. A byte-order mark and Windows line endings are
+    UTF-8 still, and datasets' readers take them; a file saved in another encoding would fail deep inside them."""
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}, {exc.reason}): save the file as UTF-8"
+        ) from None
 
 
 def _unreadable(path: Path, fmt: str, exc: Exception) -> str:
@@ -274,17 +288,18 @@ def save_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def check_rows_fill_a_step(rows: int, args: Any, game: bool) -> None:
+def check_rows_fill_a_step(rows: int, args: Any, game: bool, source: str | None = None) -> None:
     """ConfigError unless ``rows`` fill one step: TRL's sampler drops a last partial batch, so a dataset
     smaller than one step would train no step at all, in silence. A step takes ``generation_batch_size``
     completions over every process: a prompt's ``num_generations`` replies (turn mode), or a start state's
-    games, one sample per turn slot (game mode)."""
+    games, one sample per turn slot (game mode). ``source``: the dataset file the rows came from, if any."""
     per_row = args.num_generations * (MAX_GUESSES if game else 1)
     needed = args.generation_batch_size // per_row
     if rows < needed:
         kind = "start states" if game else "game states"
+        data = "the data" if source is None else f"dataset {source}"
         raise ConfigError(
-            f"one step takes {needed} {kind}, and the data has {rows}: add rows, or lower "
+            f"one step takes {needed} {kind}, and {data} has {rows}: add rows, or lower "
             "--per_device_train_batch_size or --gradient_accumulation_steps"
         )
 

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,14 @@ import torch
 import yaml
 
 from models import memory
-from models.loading import check_bitsandbytes, merge_adapter, reloadable_vllm_cpu_weights
+from models.loading import check_bitsandbytes, damage, merge_adapter, reloadable_vllm_cpu_weights
 from models.source import model_source
 from runtime import distributed
+from runtime.preemption import StopOnSignal
 from settings.arguments import CONFIG_FILE
-from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV
+from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, check_cache_dir, check_writable
 from settings.config import Resolved
-from settings.errors import ConfigError
+from settings.errors import ConfigError, Stopped, writing
 from settings.summary import to_yaml
 from training.card import make_adapter_config_portable
 from training.data import (
@@ -60,6 +62,7 @@ def plan(resolved: Resolved) -> Plan:
     """Every input checked in the order a user would fix them: the model, the libraries a setting
     needs, the dataset, then the output directory. Raises ConfigError on the first problem."""
     script = resolved.script
+    check_cache_dir()
     source = model_source(resolved.model.model_name_or_path)
     check_bitsandbytes(resolved)
     if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
@@ -75,7 +78,7 @@ def plan(resolved: Resolved) -> Plan:
     game = script.rollout.plays_games
     # --dataset's rows, else the rows this run builds: a start state per training secret, or --train_rows states
     built = len(train_secrets(script.secrets)) if game else script.train_rows
-    check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game)
+    check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game, script.dataset or None)
     out, checkpoint, done = check_output_dir(resolved)
     return Plan(source, out, checkpoint, rows, done)
 
@@ -105,6 +108,9 @@ def check_not_in_use(out: Path) -> None:
         )
 
 
+TRAINER_STATE = "trainer_state.json"  # transformers writes it last of a checkpoint's files
+
+
 def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
     """The newest checkpoint that was completely written, and its step.
 
@@ -114,9 +120,14 @@ def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
     checkpoints = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
     for path in sorted(checkpoints, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
         try:
-            state = json.loads((path / "trainer_state.json").read_text())
+            state = json.loads((path / TRAINER_STATE).read_text())
         except (OSError, ValueError):
             logger.warning("skipping %s: it was not completely written (the run stopped while saving)", path)
+            continue
+        # A copy cut short, or a disk error: resuming would fail deep in torch's or safetensors' loader.
+        broken = next(((f.name, why) for f in sorted(path.iterdir()) if (why := damage(f)) is not None), None)
+        if broken is not None:
+            logger.warning("skipping %s: its %s is damaged (%s)", path, *broken)
             continue
         return path, int(state.get("global_step", 0))
     return None
@@ -132,13 +143,14 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     out = Path(resolved.training.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output_dir {out} is a file, not a directory: choose another --output_dir")
+    check_writable(out, "--output_dir")
     if distributed.is_main():  # another process finds the lock its own main process may have taken already
         check_not_in_use(out)
     newest = newest_checkpoint(out) if out.is_dir() else None
     saved = (out / "adapter_config.json").is_file() or (out / "model.safetensors").is_file()  # LoRA, or full
     finished = (out / CONFIG_FILE).is_file() and saved
     if finished:
-        trained_on = yaml.safe_load((out / CONFIG_FILE).read_text())["model"]["name_or_path"]
+        trained_on = trained_model(out / CONFIG_FILE)
         if trained_on != resolved.model.model_name_or_path:
             raise ConfigError(
                 f"{out} holds a run of {trained_on}, not {resolved.model.model_name_or_path}: pass --model {trained_on}"
@@ -151,17 +163,27 @@ def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
     if not script.resume and newest is not None:
         if finished:
             hint = "pass --merge to merge its adapter, or --resume with a higher --max_steps"
+        elif newest[1] == max_steps:
+            hint = f"it reached max_steps ({max_steps}) but stopped before saving its adapter: pass --resume to save it"
         else:
             hint = "pass --resume to continue"
         raise ConfigError(
             f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir"
         )
-    if done and not finished:
-        raise ConfigError(
-            f"{newest[0]} reached max_steps ({max_steps}) but the run stopped before saving its adapter: "
-            f"evaluate.py --adapter {newest[0]}, or raise --max_steps to train on"
-        )
+    if done and not finished:  # --resume (asked for above): save its adapter and play the games after (fit)
+        return out, newest[0], False
     return out, newest[0] if newest else None, done
+
+
+def trained_model(config: Path) -> str:
+    """The model a finished run in this directory trained, from its run configuration."""
+    try:
+        return yaml.safe_load(config.read_text())["model"]["name_or_path"]
+    except (yaml.YAMLError, UnicodeDecodeError, TypeError, KeyError):
+        raise ConfigError(
+            f"{config} is not a run's configuration (no model section): restore it, or remove it and rerun with "
+            "--resume to save the run again"
+        ) from None
 
 
 def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
@@ -268,7 +290,8 @@ def _read(path: Path) -> str:
 
 
 def merge(resolved: Resolved, run: Plan) -> None:
-    merged = merge_adapter(run.source, run.out, run.out / "merged", resolved)
+    with writing(run.out / "merged", then="rerun with --merge"):
+        merged = merge_adapter(run.source, run.out, run.out / "merged", resolved)
     logger.info("saved the merged model to %s", merged)
 
 
@@ -305,12 +328,25 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
     rows = drop_long_prompts(datasets.Dataset.from_list(training_rows(resolved, run)), tokenizer, budget)
     if len(rows) == 0:
         raise ConfigError(f"no prompt fits in {budget} tokens; raise --max_prompt_length or lower --max-completion")
-    check_rows_fill_a_step(len(rows), args, game=script.rollout.plays_games)  # some prompts may have been too long
+    # Some prompts may have been too long.
+    check_rows_fill_a_step(len(rows), args, game=script.rollout.plays_games, source=script.dataset or None)
     return rows
 
 
 def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None) -> None:
     """GRPO, resumed from ``checkpoint`` if given; running out of memory is one line that says what to lower."""
+    if checkpoint is not None and trainer.state.load_from_json(str(checkpoint / TRAINER_STATE)).global_step >= (
+        trainer.args.max_steps
+    ):
+        # The run reached max_steps and stopped before saving its adapter (a full disk, a signal): its last
+        # checkpoint's weights and state, and no step, which transformers would take once more from there.
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.state = trainer.state.load_from_json(str(checkpoint / TRAINER_STATE))
+        logger.info("%s reached max_steps: saving its adapter, training nothing", checkpoint)
+        return
+    stop = StopOnSignal()
+    trainer.add_callback(stop)
+    stop.listen()
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except torch.OutOfMemoryError:
@@ -319,6 +355,17 @@ def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None)
         if "out of memory" not in str(exc).lower():
             raise
         raise ConfigError(_oom_message(resolved)) from None
+    finally:
+        stop.restore()
+        trainer.remove_callback(stop)
+    if stop.signal is not None:
+        step, argv = trainer.state.global_step, resolved.argv
+        again = shlex.join(["python", "grpo_train.py", *argv, *([] if "--resume" in argv else ["--resume"])])
+        raise Stopped(
+            f"{stop.signal.name} at step {step} of {trainer.args.max_steps}, checkpoint-{step} saved in "
+            f"{trainer.args.output_dir}; to finish: {again}",
+            128 + stop.signal,
+        )
 
 
 def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -> None:

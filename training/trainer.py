@@ -26,7 +26,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from runtime import distributed
 from runtime.device import memory_source, peak_memory_mb
-from settings.errors import DISK_FULL, ConfigError
+from settings.errors import ConfigError, is_disk_full
 from training.rollout import GameBatch, GameCheck, GameRollout, KeptRows, quiet_placeholder_warning
 
 
@@ -176,17 +176,24 @@ class WordleGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial) -> None:
         try:
             super()._save_checkpoint(model, trial)
-        except OSError as exc:
-            if exc.errno not in DISK_FULL:
+        except Exception as exc:  # torch's and safetensors' writers say it in their own words (is_disk_full)
+            if not is_disk_full(exc):
                 raise
             # Half a checkpoint: --resume would skip it, and it holds space the rerun needs. The earlier
             # checkpoints are whole (transformers rotates them out only after a save succeeds).
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             if self.args.should_save:
                 shutil.rmtree(folder, ignore_errors=True)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "No space left on device"
+            earlier = any(folder.parent.glob("checkpoint-*/trainer_state.json"))
+            then = (
+                "the earlier ones are intact: free space, then rerun with --resume"
+                if earlier
+                else ("there is no earlier one: free space, then rerun without --resume")
+            )
             raise ConfigError(
-                f"the disk filled while saving {folder.name} in {folder.parent} ({exc.strerror}); removed that "
-                "half-written checkpoint, the earlier ones are intact: free space, then rerun with --resume"
+                f"the disk filled while saving {folder.name} in {folder.parent} ({reason}); removed that "
+                f"half-written checkpoint, {then}"
             ) from None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

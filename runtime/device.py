@@ -44,16 +44,18 @@ def cuda_supports_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def memory_source() -> str:
-    """What ``peak_memory_mb`` measures here: accelerator memory where there is one, else process RSS."""
-    if torch.cuda.is_available():
+def memory_source(device: str) -> str:
+    """What ``peak_memory_mb`` measures for a run on ``device`` (``cuda``, ``rocm``, ``mps`` or ``cpu``, as a
+    profile names it or as torch does): that accelerator's memory, or the process's RSS on the CPU, even where
+    a GPU sits idle beside it."""
+    if device in ("cuda", "rocm") and torch.cuda.is_available():
         return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "rss"
+    return "mps" if device == "mps" and torch.backends.mps.is_available() else "rss"
 
 
-def peak_memory_mb() -> float:
-    """Peak memory so far, in MiB, of ``memory_source()``."""
-    source = memory_source()
+def peak_memory_mb(device: str) -> float:
+    """Peak memory so far, in MiB, of ``memory_source(device)``."""
+    source = memory_source(device)
     if source == "cuda":
         return torch.cuda.max_memory_allocated() / 2**20
     if source == "mps":
@@ -68,10 +70,10 @@ def peak_rss_bytes() -> int:
     return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
 
 
-def memory_in_use() -> int:
-    """Bytes held now, of ``memory_source()``: what nears a device's limit (the allocator's reserve on
+def memory_in_use(device: str) -> int:
+    """Bytes held now, of ``memory_source(device)``: what nears a device's limit (the allocator's reserve on
     CUDA, the driver's allocation on MPS, resident memory on Linux, the peak elsewhere)."""
-    source = memory_source()
+    source = memory_source(device)
     if source == "cuda":
         return torch.cuda.memory_reserved()
     if source == "mps":
@@ -121,13 +123,10 @@ class MpsCacheCallback(TrainerCallback):
             torch.mps.empty_cache()
 
 
-def absent_message(device: str, profile: str) -> str:
-    """The one-line error for a profile whose device this machine lacks."""
-    if device == "mps":
-        return (
-            f"profile {profile} is for Apple MPS, which is absent on this machine; use --profile auto or --profile cpu"
-        )
-    if device in ("cuda", "rocm"):
-        kind = "an AMD GPU under ROCm" if device == "rocm" else "an NVIDIA GPU"
-        return f"profile {profile} needs {kind}, and torch sees none here; use --profile auto or --profile cpu"
-    return f"profile {profile} needs device {device}, which is absent; use --profile auto"
+def absent_message(device: str, asked_by: str, instead: str) -> str:
+    """The one-line error for a device this machine lacks. ``asked_by``: what named it (``--device cuda``,
+    ``profile cuda``); ``instead``: what works here."""
+    kind = {"mps": "Apple MPS", "rocm": "an AMD GPU under ROCm", "cuda": "an NVIDIA GPU"}.get(
+        device, f"device {device}"
+    )
+    return f"{asked_by} needs {kind}, and torch sees none here; {instead}"

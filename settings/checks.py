@@ -228,13 +228,37 @@ def check_launch(script: ScriptArguments, train_kw: dict[str, Any]) -> None:
 
 
 def check_device(
-    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str], check: bool
+    script: ScriptArguments,
+    train_kw: dict[str, Any],
+    model_kw: dict[str, Any],
+    notes: list[str],
+    check: bool,
+    flags: frozenset[str] = frozenset(),
+    profile_device: str | None = None,
 ) -> bool:
-    """Whether the profile's device is on this machine (an error when ``check`` and it is not), and
-    the fp16 fallback on a GPU without bf16."""
+    """Whether the run's device is on this machine (an error when ``check`` and it is not), the device the
+    trainer uses made the one the run names, and the fp16 fallback on a GPU without bf16. ``flags``: the
+    options the command line gave; ``profile_device``: the device the profile itself names."""
+    asked_by = f"--device {script.device}" if "device" in flags else f"profile {script.profile}"
     present = devices.has_device(script.device)
     if check and not present:
-        raise ConfigError(devices.absent_message(script.device, script.profile))
+        if "device" not in flags:
+            instead = "use --profile auto or --profile cpu"
+        elif profile_device and profile_device != script.device and devices.has_device(profile_device):
+            instead = f"drop it (profile {script.profile} trains on {profile_device})"
+        else:
+            instead = "use --device cpu"
+        raise ConfigError(devices.absent_message(script.device, asked_by, instead))
+    # transformers trains where use_cpu says, whatever the device: the device decides, and a contradiction is refused.
+    on_cpu = script.device == "cpu"
+    if bool(train_kw.get("use_cpu")) != on_cpu:
+        if "use_cpu" in flags:
+            raise ConfigError(
+                f"--use_cpu {str(bool(train_kw.get('use_cpu'))).lower()} contradicts {asked_by}: drop --use_cpu "
+                "(the device decides where the run trains)"
+            )
+        train_kw["use_cpu"] = on_cpu
+        notes.append(f"{asked_by}: use_cpu {str(on_cpu).lower()}, so that the run trains on {script.device}")
     if script.device in ("cuda", "rocm") and present and train_kw.get("bf16") and not devices.cuda_supports_bf16():
         train_kw.update(bf16=False, fp16=True)
         model_kw["dtype"] = "float16"

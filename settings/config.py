@@ -263,13 +263,15 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     checks.check_ranges(script, train_kw, model_kw)
     checks.constrain_vllm(script, train_kw, notes)
     checks.vllm_on_device(script, train_kw, model_kw, notes)
-    given = frozenset(values) | {a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
+    flags = frozenset(a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--"))
+    given = frozenset(values) | flags
     checks.choose_rewards(script, train_kw, notes, given)
     trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
     if script.secrets not in trainable:
         raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")
     checks.check_launch(script, train_kw)
-    present = checks.check_device(script, train_kw, model_kw, notes, check=check_device and not known.dry_run)
+    check = check_device and not known.dry_run
+    present = checks.check_device(script, train_kw, model_kw, notes, check, flags, load_profile(profile).get("device"))
     training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)
     changed = _changed(script_kw, train_kw, model_kw, precision)
     return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))

@@ -16,7 +16,7 @@ from runtime import device as devices
 from settings import arguments, checks
 from settings import config as config_mod
 from settings.arguments import ScriptArguments, available_profiles
-from settings.config import resolve
+from settings.config import load_profile, resolve
 from settings.errors import ConfigError
 from settings.summary import summary
 
@@ -212,7 +212,7 @@ def test_unknown_reward(capsys):
 def test_mps_profile_where_mps_is_absent(monkeypatch, capsys):
     monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: False)
     err = error_of(capsys, "--profile", "mps")
-    assert "MPS" in err and "absent" in err and "--profile auto" in err and "cpu" in err
+    assert "needs Apple MPS" in err and "sees none" in err and "--profile auto" in err and "cpu" in err
 
 
 def test_cuda_profile_without_a_gpu(monkeypatch, capsys):
@@ -285,6 +285,46 @@ def test_device_step_notes_an_absent_device_or_refuses_it(monkeypatch):
     assert notes == ["device cuda is not present on this machine: shown as the profile sets it"]
     with pytest.raises(ConfigError, match="profile cuda needs an NVIDIA GPU"):
         checks.check_device(script, {}, {}, [], check=True)
+
+
+# The device a run names is the one it trains on: transformers goes where use_cpu says, so the device sets it.
+# (profile, --device or None, a GPU on this machine) -> use_cpu, and the note that says it was changed, if any.
+DEVICE_TRUTH = [
+    ("cpu", None, True, True, None),
+    ("cpu", "cuda", True, False, "--device cuda: use_cpu false, so that the run trains on cuda"),
+    ("cuda", None, True, False, None),
+    ("cuda", "cpu", True, True, "--device cpu: use_cpu true, so that the run trains on cpu"),
+    ("cuda", "cpu", False, True, "--device cpu: use_cpu true, so that the run trains on cpu"),
+]
+
+
+@pytest.mark.parametrize(("profile", "device", "gpu", "use_cpu", "note"), DEVICE_TRUTH)
+def test_the_device_a_run_names_is_the_one_it_trains_on(monkeypatch, profile, device, gpu, use_cpu, note):
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(devices.torch.version, "hip", None)
+    values = load_profile(profile)
+    script = ScriptArguments(profile=profile, device=device or values["device"])
+    train_kw, notes = {"use_cpu": values["use_cpu"]}, []
+    flags = frozenset({"device"} if device else ())
+    checks.check_device(script, train_kw, {}, notes, check=True, flags=flags, profile_device=values["device"])
+    assert train_kw["use_cpu"] is use_cpu
+    assert notes == ([] if note is None else [note])
+
+
+def test_a_gpu_profile_run_on_the_cpu_trains_there():
+    """The whole resolution, on a machine without a GPU (CI's): the config transformers reads says cpu."""
+    resolved = resolve(["--profile", "cuda", "--device", "cpu", "--load_in_4bit", "false"])
+    assert resolved.training.use_cpu and resolved.training.device.type == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("device", "gpu", "source"), [("cpu", True, "rss"), ("cuda", True, "cuda"), ("mps", True, "rss")]
+)
+def test_the_memory_figure_is_the_run_devices(monkeypatch, device, gpu, source):
+    """A run on the CPU of a GPU machine reports its own RSS, not the idle GPU's 0 MB."""
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: False)
+    assert devices.memory_source(device) == source
 
 
 def test_merge_needs_a_lora_adapter():

@@ -122,15 +122,27 @@ TRAIN_CASES = [
     Case("out of range: batch", ["--per_device_train_batch_size", "-2"], "must be at least 1"),
     Case("out of range: generations", ["--num_generations", "1"], "--num_generations must be at least 2"),
     Case("negative step count", ["--max_steps", "-5"], "--max_steps must be positive"),
-    Case(
-        "MPS absent", ["--profile", "mps"], "profile mps is for Apple MPS", "nomps", row="`--profile mps` without MPS"
-    ),
+    Case("MPS absent", ["--profile", "mps"], "profile mps needs Apple MPS", "nomps", row="`--profile mps` without MPS"),
     Case(
         "no GPU",
         ["--profile", "cuda"],
         "profile cuda needs an NVIDIA GPU",
         "nogpu",
         row="`--profile cuda` without a GPU",
+    ),
+    Case(
+        "no GPU for --device",
+        ["--profile", "cpu", "--device", "cuda"],
+        "--device cuda needs an NVIDIA GPU, and torch sees none here; drop it (profile cpu trains on cpu)",
+        "nogpu",
+        row="`--device cuda` without a GPU",
+    ),
+    Case(
+        "--use_cpu against --device",
+        ["--profile", "cpu", "--device", "cuda", "--use_cpu", "true"],
+        "--use_cpu true contradicts --device cuda: drop --use_cpu",
+        "gpu",
+        row="`--use_cpu` against the run's device",
     ),
     Case(
         "embedded model missing",
@@ -563,8 +575,9 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
         monkeypatch.setattr(modeling.importlib.util, "find_spec", lambda n: None if n == "bitsandbytes" else real(n))
     elif kind in ("mps", "nomps"):  # either way, whatever machine runs the test
         monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: kind == "mps")
-    elif kind == "nogpu":
-        monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    elif kind in ("gpu", "nogpu"):  # a GPU is only looked at, never used, before the line
+        monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: kind == "gpu")
+        monkeypatch.setattr(devices.torch.version, "hip", None)
     elif kind == "live":  # the lock's holder, as another live run's lock reports it (test_distributed takes a real one)
         monkeypatch.setattr(distributed.OutputLock, "holder", lambda self: 4242)
     elif kind == "cpu-launch":  # what accelerate launch --cpu --num_processes 2 passes its one process

@@ -109,6 +109,12 @@ def test_grpo_steps_change_lora_and_leave_the_base_alone(tmp_path):
     ):
         assert all(key in h for h in logs), key
     assert all(h["step_time"] > 0 and h["peak_memory_mb"] > 0 for h in logs)
+    # Where each step's time went: the three parts are the whole step, which holds TRL's step_time (generation,
+    # scoring, forward and backward) and the optimizer besides; generation happens inside TRL's.
+    for h in logs:
+        generation, scoring, update = (h[f"time/{part}"] for part in ("generation", "scoring", "update"))
+        assert generation > 0 and scoring > 0 and update > 0
+        assert generation + scoring + update >= h["step_time"] > generation
 
 
 def test_full_fine_tuning_saves_a_whole_model(tmp_path):
@@ -156,7 +162,10 @@ def test_format_log_line_names_each_reward():
         max_steps=60,
     )
     assert line.startswith("step 3/60 | reward 1.500 ± 0.250 | format 1.000 win 0.125 | len 21.0 clipped 0.00")
-    assert "2.50 s/step" in line and "peak 900 MB" in line
+    assert line.endswith(" | 2.50 s/step | peak 900 MB rss")  # TRL's step time where the split is missing
+    split = {"reward": 1.0, "time/generation": 2.0, "time/scoring": 0.25, "time/update": 0.5, "peak_memory_mb": 9.0}
+    line = format_log({**split, "step_time": 2.5}, step=3, max_steps=60, device="mps")
+    assert line.endswith(" | 2.75 s/step (generate 2.00, score 0.25, update 0.50) | peak 9 MB rss")  # no MPS here
     assert format_log({"train_runtime": 1.0}, 1, 1) is None
 
 

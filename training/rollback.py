@@ -68,7 +68,7 @@ class RollbackAdvisor(TrainerCallback):
             gradient_accumulation_steps=t.gradient_accumulation_steps,
             output_dir=t.output_dir,
             limit_bytes=limit[0] if limit else None,
-            memory_bytes=memory_in_use,
+            memory_bytes=lambda: memory_in_use(resolved.script.device),
         )
 
     def rungs(self) -> list[str]:

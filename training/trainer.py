@@ -1,6 +1,7 @@
 """TRL's GRPOTrainer with the run visible, and with whole games as rollouts when asked.
 
-- Every training log gets ``peak_memory_mb``, and the progress bar writes one readable line per log.
+- Every training log gets ``peak_memory_mb`` and where the step's time went (``StepClock``: generation,
+  scoring, update), and the progress bar writes one readable line per log.
 - ``rollout=GameRollout()`` (``--rollout game``) passes it to TRL as ``rollout_func``, hands it each
   batch's dataset rows, samples each start state ``SLOTS x num_generations`` times in a row
   (see ``training/rollout.py``), and scores and trains on the batch in chunks trimmed of their
@@ -17,6 +18,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -50,6 +55,8 @@ class WordleGRPOTrainer(GRPOTrainer):
             quiet_placeholder_warning()
             kwargs["rollout_func"] = rollout
         super().__init__(*args, **kwargs)
+        self.clock = StepClock(self)
+        self.add_callback(self.clock)
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RunProgress())
@@ -139,7 +146,8 @@ class WordleGRPOTrainer(GRPOTrainer):
         )
 
     def _generate(self, prompts: list):
-        out = super()._generate(prompts)
+        with self.clock.part("generation"):
+            out = super()._generate(prompts)
         if self.game_rollout is not None:
             _, completion_ids, env_mask = out[:3]
             self._count_live_turns(completion_ids, env_mask)
@@ -165,13 +173,14 @@ class WordleGRPOTrainer(GRPOTrainer):
             metrics[key][-1] = value
 
     def _generate_and_score_completions(self, inputs):
-        if self.game_rollout is None:
-            return super()._generate_and_score_completions(inputs)
-        self._scoring = self.game_rollout.begin(inputs)
-        try:
-            return super()._generate_and_score_completions(inputs)
-        finally:
-            self._scoring = None
+        with self.clock.part("generation_and_scoring"):
+            if self.game_rollout is None:
+                return super()._generate_and_score_completions(inputs)
+            self._scoring = self.game_rollout.begin(inputs)
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self._scoring = None
 
     def _save_checkpoint(self, model, trial) -> None:
         try:
@@ -198,11 +207,60 @@ class WordleGRPOTrainer(GRPOTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
-            logs["peak_memory_mb"] = distributed.max_over_processes(peak_memory_mb())  # the fullest process
+            # The fullest process, on the device it trains on (use_cpu on a GPU machine measures RSS).
+            logs["peak_memory_mb"] = distributed.max_over_processes(peak_memory_mb(self.args.device.type))
             step = self.state.global_step
             if self.check is not None and self.check_steps and step % self.check_steps == 0:
                 logs.update(self.check(self))
         super().log(logs, start_time)
+
+
+class StepClock(TrainerCallback):
+    """Where each optimizer step's wall time goes, as ``time/generation``, ``time/scoring`` and ``time/update``
+    (seconds, averaged over a log's steps like TRL's own metrics); the three add up to the step.
+
+    - generation: TRL's ``_generate``: ``model.generate``, vLLM, or the game rollout's turns (with their
+      bookkeeping, a few ms);
+    - scoring: the rest of ``_generate_and_score_completions``: the old and reference log-probabilities, the
+      rewards and the advantages;
+    - update: the rest: the loss's forward and backward passes and the optimizer step.
+
+    A step that trains on a generation batch made earlier (``steps_per_generation``) spends nothing on the first
+    two. On an accelerator each boundary waits for the queued work (a few syncs per step), or the time of
+    asynchronous kernels would land in whichever part next waits for them."""
+
+    def __init__(self, trainer: GRPOTrainer) -> None:
+        self.trainer = trainer
+        self.parts: dict[str, float] = defaultdict(float)
+        self.started: float | None = None
+
+    def _now(self) -> float:
+        device = self.trainer.accelerator.device
+        if device.type in ("cuda", "mps", "xpu"):
+            getattr(torch, device.type).synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        start = self._now()
+        try:
+            yield
+        finally:
+            self.parts[name] += self._now() - start
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.parts.clear()
+        self.started = self._now()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.started is None:
+            return
+        total, generation = self._now() - self.started, self.parts["generation"]
+        scoring = self.parts["generation_and_scoring"] - generation
+        metrics = self.trainer._metrics["train"]
+        for name, value in (("generation", generation), ("scoring", scoring), ("update", total - generation - scoring)):
+            metrics[f"time/{name}"].append(value)
+        self.started = None
 
 
 # The keyword arguments of GRPOTrainer._get_per_token_logps_and_entropies that are flags, not per-sample inputs.
@@ -286,8 +344,9 @@ class _CheckAtStart(TrainerCallback):
 _GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("contradiction_rate", "contradict"))
 
 
-def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
-    """One line per training log: the total reward, each reward by name, then length, time and memory."""
+def format_log(logs: dict[str, float], step: int, max_steps: int, device: str = "cpu") -> str | None:
+    """One line per training log: the total reward, each reward by name, then length, time (and where it went)
+    and the peak memory of ``device``, the one the run trains on."""
     if "reward" not in logs:
         return None
     parts = [f"step {step}/{max_steps}", f"reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}"]
@@ -311,10 +370,17 @@ def format_log(logs: dict[str, float], step: int, max_steps: int) -> str | None:
         if "val_opening/win_rate" in logs:
             check.append(f"(from a random opener {logs['val_opening/win_rate']:.2f})")
         parts.append(" ".join(check))
-    if "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
+    split = [logs.get(f"time/{name}") for name in ("generation", "scoring", "update")]
+    if None not in split:  # StepClock's: the whole step, optimizer included
+        generation, scoring, update = split
+        parts.append(
+            f"{generation + scoring + update:.2f} s/step (generate {generation:.2f}, score {scoring:.2f}, "
+            f"update {update:.2f})"
+        )
+    elif "step_time" in logs:  # TRL's: generation, rewards, loss and backward, without the optimizer update
         parts.append(f"{logs['step_time']:.2f} s/step")
     if "peak_memory_mb" in logs:
-        parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {memory_source()}")
+        parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {memory_source(device)}")
     return " | ".join(parts)
 
 
@@ -324,7 +390,7 @@ class RunProgress(ProgressCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None or logs is None:
             return
-        line = format_log(logs, state.global_step, state.max_steps)
+        line = format_log(logs, state.global_step, state.max_steps, args.device.type)
         if line is None:  # the end-of-training summary: keep transformers' own rendering
             super().on_log(args, state, control, logs=logs, **kwargs)
         else:

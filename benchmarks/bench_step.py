@@ -9,9 +9,8 @@ Without ``--game``: both trainers get the identical model files, rows, GRPOConfi
 seed, so they sample the same completions. The runs alternate (bare, ours, bare, ours, ...) so
 that machine noise falls on both; each run's first step (compilation, caches, the pattern matrix)
 is left out. Prints the median seconds per step of each, their ratio (target <= 1.05),
-completions per second, and how our step time splits: generation (``model.generate``), the
-reward functions (target <= 2%), and the rest (the loss's forward and backward passes, the
-optimizer, bookkeeping).
+completions per second, the reward functions' share of our step (target <= 2%), and the table of where
+our step's time goes (the trainer's own ``time/*`` split, see ``training.trainer.StepClock``).
 
 With ``--game``: ``WordleGRPOTrainer`` on the same model, alternating (turn, game, turn, game,
 ...), each run's first step left out:
@@ -26,9 +25,8 @@ With ``--game``: ``WordleGRPOTrainer`` on the same model, alternating (turn, gam
 Prints the median seconds per step of each (min, max), their ratio against the target (a step of
 8 games should cost at most 4x a single-turn step of 8 completions), games per second, tokens per
 game (the completion tokens generated, and prompt + completion tokens, over its live turns), the
-share of samples that are placeholders (slots after a game ended), and how the game step's time
-splits: generation (inside ``GameRollout.__call__``: the games, of which ``model.generate`` is
-shown apart), the rewards, and the rest (loss forward and backward, the optimizer, bookkeeping).
+share of samples that are placeholders (slots after a game ended), and the table of where each mode's
+step time goes (generation: the games, of which ``model.generate`` is shown apart; scoring; update).
 
 Flags after ``--`` go to ``grpo_train.py``'s resolution (to every run). The profile's
 ``torch_threads`` is applied as ``grpo_train.py`` applies it. Nothing here asserts on time.
@@ -62,6 +60,7 @@ from wordle import train_secrets
 
 GAME_TARGET = 4.0  # the issue's: a step of 8 games should cost at most 4x a single-turn step of 8 completions
 BATCH = ["--num_generations", "8", "--per_device_train_batch_size", "8"]
+TURN = ["--rollout", "turn"]  # the cpu profile trains the embedded model on whole games
 GAME = ["--rollout", "game", *BATCH, "--scale_rewards", "batch"]
 
 
@@ -110,19 +109,11 @@ class Layout:
 
 
 class TimedRollout(GameRollout):
-    """``GameRollout`` with the wall time of each call, and what each call laid out."""
+    """``GameRollout`` that keeps what each call laid out."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seconds: list[float] = []
         self.layouts: list[Layout] = []
-
-    def __call__(self, prompts: list, trainer) -> dict[str, list]:
-        start = time.perf_counter()
-        try:
-            return super().__call__(prompts, trainer)
-        finally:
-            self.seconds.append(time.perf_counter() - start)
 
     def layout(self, games, records, generations, eos_id) -> dict[str, list]:
         out = super().layout(games, records, generations, eos_id)
@@ -133,6 +124,9 @@ class TimedRollout(GameRollout):
         return out
 
 
+PARTS = ("generation", "scoring", "update")  # StepClock's, in the trainer's logs as time/<part>
+
+
 @dataclass
 class Run:
     """One training run's counted steps (the first left out) and the seconds spent inside them."""
@@ -140,7 +134,7 @@ class Run:
     times: list[float]
     reward_s: float
     generate_s: float  # inside model.generate
-    rollout_s: float = 0.0  # inside GameRollout.__call__ (game mode)
+    split: dict[str, list[float]] = field(default_factory=dict)  # per counted step: the trainer's time/<part>
     layouts: list[Layout] = field(default_factory=list)
 
 
@@ -149,8 +143,8 @@ def run_once(trainer_cls, argv: list[str], source, rows, out: Path, rollout: Tim
     resolved = resolve([*argv, "--output_dir", str(out), "--save_strategy", "no", "--skip_eval", "true"])
     spent: list[float] = []
     generating: list[float] = []
-    seconds, layouts = (rollout.seconds, rollout.layouts) if rollout is not None else ([], [])
-    clock = StepTimes(spent, generating, seconds, layouts)
+    layouts = rollout.layouts if rollout is not None else []
+    clock = StepTimes(spent, generating, layouts)
     extra = {} if rollout is None else {"rollout": rollout}
     trainer = trainer_cls(
         model=AutoModelForCausalLM.from_pretrained(source, dtype=resolved.model.dtype),
@@ -167,14 +161,10 @@ def run_once(trainer_cls, argv: list[str], source, rows, out: Path, rollout: Tim
     trainer.train()
     # Leave out what the first step spent: the calls made before it ended (a game step's number of
     # generate calls depends on how long its games last).
-    n_spent, n_generating, n_seconds, n_layouts = clock.after_first
-    return Run(
-        clock.times[1:],
-        sum(spent[n_spent:]),
-        sum(generating[n_generating:]),
-        sum(seconds[n_seconds:]),
-        layouts[n_layouts:],
-    )
+    n_spent, n_generating, n_layouts = clock.after_first
+    logs = [h for h in trainer.state.log_history if "time/generation" in h][1:]  # logging_steps 1: one per step
+    split = {part: [h[f"time/{part}"] for h in logs] for part in PARTS} if logs else {}
+    return Run(clock.times[1:], sum(spent[n_spent:]), sum(generating[n_generating:]), split, layouts[n_layouts:])
 
 
 def set_threads(resolved) -> None:
@@ -186,24 +176,35 @@ def spread_of(times: list[float]) -> str:
     return f"median {statistics.median(times):.3f} s/step  (min {min(times):.3f}, max {max(times):.3f})"
 
 
+def split_table(rows: dict[str, list[Run]]) -> None:
+    """Where a step's time goes, per trainer or mode: the mean seconds of each part over the counted steps (a
+    Markdown table), and inside generation, model.generate's own time."""
+    print("\n| where a step's time goes (mean s) | generation | of it, model.generate | scoring | update | step |")
+    print("|---|---|---|---|---|---|")
+    for name, runs in rows.items():
+        steps = sum(len(r.times) for r in runs)
+        parts = [sum(sum(r.split[part]) for r in runs) / steps for part in PARTS]
+        generate = sum(r.generate_s for r in runs) / steps
+        generation, scoring, update = parts
+        print(f"| {name} | {generation:.3f} | {generate:.3f} | {scoring:.3f} | {update:.3f} | {sum(parts):.3f} |")
+
+
 def compare_bare(opts, base: list[str]) -> None:
     """This trainer against a bare TRL GRPOTrainer, turn mode."""
-    argv = [*base, *opts.overrides]
+    argv = [*base, *TURN, *opts.overrides]
     resolved = resolve(argv)
     set_threads(resolved)
     source = model_source(resolved.model.model_name_or_path)
     rows = build_rows(max(64, opts.steps * resolved.training.generation_batch_size), seed=resolved.training.seed)
     results: dict[str, list[float]] = {"bare TRL GRPOTrainer": [], "WordleGRPOTrainer": []}
-    reward_share: list[float] = []
-    generation_share: list[float] = []
+    ours: list[Run] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(opts.repeats):
             for name, cls in (("bare TRL GRPOTrainer", GRPOTrainer), ("WordleGRPOTrainer", WordleGRPOTrainer)):
                 run = run_once(cls, argv, source, rows, Path(tmp) / f"{i}-{cls.__name__}")
                 results[name].extend(run.times)
                 if cls is WordleGRPOTrainer:
-                    reward_share.append(run.reward_s / sum(run.times))
-                    generation_share.append(run.generate_s / sum(run.times))
+                    ours.append(run)
 
     t = resolved.training
     print(
@@ -215,18 +216,16 @@ def compare_bare(opts, base: list[str]) -> None:
         print(f"  {name:22s} {spread_of(times)}")
     ratio = statistics.median(results["WordleGRPOTrainer"]) / statistics.median(results["bare TRL GRPOTrainer"])
     print(f"  ratio ours / bare: {ratio:.3f} (target <= 1.05)")
-    ours = statistics.median(results["WordleGRPOTrainer"])
-    print(f"  completions/s (ours): {t.generation_batch_size / ours:.1f}")
-    generation, rewards = statistics.mean(generation_share), statistics.mean(reward_share)
-    print(
-        f"  where our step time goes: generation {100 * generation:.1f}%, rewards {100 * rewards:.2f}% (target <= 2%), "
-        f"loss forward/backward + optimizer + the rest {100 * (1 - generation - rewards):.1f}%"
-    )
+    median = statistics.median(results["WordleGRPOTrainer"])
+    print(f"  completions/s (ours): {t.generation_batch_size / median:.1f}")
+    rewards = sum(r.reward_s for r in ours) / sum(sum(r.times) for r in ours)
+    print(f"  the reward functions: {100 * rewards:.2f}% of our step (target <= 2%)")
+    split_table({"WordleGRPOTrainer, turn mode": ours})
 
 
 def compare_game(opts, base: list[str]) -> None:
     """A game-mode step of 8 games against a turn-mode step of 8 completions, both WordleGRPOTrainer."""
-    turn_argv = [*base, *BATCH, *opts.overrides]
+    turn_argv = [*base, *TURN, *BATCH, *opts.overrides]
     game_argv = [*base, *GAME, *opts.overrides]
     turn, game = resolve(turn_argv), resolve(game_argv)
     set_threads(turn)
@@ -278,15 +277,9 @@ def compare_game(opts, base: list[str]) -> None:
             f"  placeholders: {100 * sum(x.placeholders for x in layouts) / samples:.1f}% of the {samples} samples "
             "(slots after their game ended)"
         )
-    total = sum(game_times)
-    rollout = sum(r.rollout_s for r in game_runs) / total
-    generate = sum(r.generate_s for r in game_runs) / total
-    rewards = sum(r.reward_s for r in game_runs) / total
-    print(
-        f"  where the game step's time goes: generation (GameRollout.__call__) {100 * rollout:.1f}% "
-        f"(model.generate {100 * generate:.1f}%, the rest of the games {100 * (rollout - generate):.1f}%), "
-        f"rewards {100 * rewards:.2f}%, loss forward/backward + optimizer + the rest {100 * (1 - rollout - rewards):.1f}%"
-    )
+    rewards = sum(r.reward_s for r in game_runs) / sum(game_times)
+    print(f"  the reward functions: {100 * rewards:.2f}% of the game step")
+    split_table({turn_label: turn_runs, game_label: game_runs})
 
 
 def main() -> None:

@@ -59,6 +59,7 @@ def test_the_sample_progress_line_has_the_trainers_fields_in_its_order():
         "game/invalid_rate": 0.0,
         "game/contradiction_rate": 0.2,
         "step_time": 1.0,
+        **{f"time/{part}": 0.5 for part in ("generation", "scoring", "update")},
         "peak_memory_mb": 800.0,
     }
 

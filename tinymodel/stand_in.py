@@ -40,9 +40,13 @@ def qwen_tokenizer_files() -> Path:
     return Path(spec.submodule_search_locations[0]) / "tokenizer_files"
 
 
-def build_qwen_dir(path: Path, shape: QwenShape = SMALL_QWEN, *, seed: int = 0) -> Path:
+# Qwen2.5-3B-Instruct's shape: benchmarks/bench_gpu.py's stand-in for the cuda profile's default model.
+QWEN_3B = QwenShape(hidden=2048, layers=36, intermediate=11008, heads=16, kv_heads=2)
+
+
+def build_qwen_dir(path: Path, shape: QwenShape = SMALL_QWEN, *, seed: int = 0, device: str = "cpu") -> Path:
     """A random Qwen2ForCausalLM of ``shape`` (bf16, as Qwen ships) saved with the real tokenizer and Qwen's
-    generation config."""
+    generation config. ``device``: where the weights are drawn (a 3B's take seconds on a GPU, minutes on a CPU)."""
     # Here, not at the top: tests/conftest.py imports this module in every test session, most of which need no torch.
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -66,7 +70,8 @@ def build_qwen_dir(path: Path, shape: QwenShape = SMALL_QWEN, *, seed: int = 0) 
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=[eos, config.bos_token_id],

@@ -51,15 +51,17 @@ class PolicyPlayer:
 
     Sampled exactly as TRL samples (its tokenizer call, its generation config, its model
     unwrapping; vLLM when the trainer uses it), or with ``decoding``'s settings (the held-out check). ``records``
-    maps ``(game index, turn)`` to ``(prompt_ids, completion_ids, logprobs)``: the sampling
-    log-probabilities of the chosen tokens (vLLM's own when it generates).
+    maps ``(game index, turn)`` to ``(prompt_ids, completion_ids, logprobs)``: vLLM's sampling log-probabilities
+    of the chosen tokens (its importance-sampling correction needs them), or None with ``model.generate``, as in
+    TRL's own turns (what would use them falls back to the scoring pass's). Keeping ``generate``'s scores would
+    hold a reply's every step over the whole vocabulary: 2.5 GB for 16 replies of 256 tokens of Qwen's.
     """
 
     name = "policy"
 
     def __init__(self, trainer: Any, decoding: Decoding | None = None) -> None:
         self.trainer, self.decoding = trainer, decoding
-        self.records: dict[tuple[int, int], tuple[list[int], list[int], list[float]]] = {}
+        self.records: dict[tuple[int, int], tuple[list[int], list[int], list[float] | None]] = {}
         self.lockstep = self.decoding is None and in_lockstep(trainer)
 
     def replies(self, views: Sequence[GameView]) -> list[str]:
@@ -70,9 +72,13 @@ class PolicyPlayer:
         elif trainer.use_vllm and self.decoding is None:
             completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, 1)
         else:
-            completion_ids, logprobs = self._generate(prompt_ids)
+            completion_ids, logprobs = self._generate(prompt_ids), [None] * len(prompt_ids)
         for view, prompt, completion, logps in zip(views, prompt_ids, completion_ids, logprobs, strict=True):
-            self.records[(view.game, view.turn)] = (list(prompt), list(completion), list(logps))
+            self.records[(view.game, view.turn)] = (
+                list(prompt),
+                list(completion),
+                None if logps is None else list(logps),
+            )
         return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
 
     def _generate_in_lockstep(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
@@ -101,11 +107,10 @@ class PolicyPlayer:
         config = GenerationConfig.from_dict(self.trainer.generation_config.to_dict())
         if self.decoding is not None:
             config.update(**self.decoding.generation_kwargs())
-        config.update(output_scores=True, return_dict_in_generate=True)
         return config
 
     @torch.no_grad()
-    def _generate(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+    def _generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
         trainer = self.trainer
         # Left padding, so that every row's prompt ends where generation starts (TRL's own helper).
         rows = [torch.tensor(ids) for ids in prompt_ids]
@@ -125,18 +130,12 @@ class PolicyPlayer:
                 attention_mask=mask.to(device),
                 generation_config=self._config(),
             )
-        tokens = out.sequences[:, width:].cpu()
-        # The scores are the logits after temperature (and any top-k/top-p), so their log-softmax
-        # at the sampled token is the probability it was drawn with.
-        logps = torch.stack([s.float().log_softmax(-1) for s in out.scores], dim=1).cpu()
-        chosen = logps.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         eos = set(trainer.eos_token_ids)
-        completions, logprobs = [], []
-        for row, row_logps in zip(tokens.tolist(), chosen.tolist(), strict=True):
+        completions = []
+        for row in out[:, width:].tolist():
             end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))  # up to and with the first eos
             completions.append(row[:end])
-            logprobs.append(row_logps[:end])
-        return completions, logprobs
+        return completions
 
 
 @contextmanager
@@ -264,6 +263,8 @@ class GameRollout:
                     out["game_turn"].append(game.turns[slot].turn if live else None)
                     out["game_won"].append(game.won)
                     out["game_guesses"].append(game.guesses)
+        if any(logps is None for logps in out["logprobs"]):  # model.generate's turns: none, as TRL's own
+            out["logprobs"] = None
         return out
 
 

@@ -20,7 +20,8 @@ Ways, each timed ``--repeats`` times after one warm-up call (the median is print
 - ``game mode``: ``PolicyPlayer._generate``, a game turn's HF path (``--rollout game``), in train mode.
 
 For each: seconds per call, tokens per second, ms per decoding step, the ratio against ``generate``, and the
-tokens each forward call after the first took (1.0: the KV cache is on). Nothing here asserts on time.
+tokens each forward call after the first took (1.0: the KV cache is on); then the logits processors a call
+builds. Nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -63,6 +64,20 @@ class Forwards:
         """The mean tokens per forward call after the first of those since ``since``."""
         later = self.widths[since + 1 :]
         return statistics.mean(later) if later else float("nan")
+
+
+def spy_processors(model) -> list[str]:
+    """The names of the logits processors (and warpers) each generate call builds, last call's kept."""
+    seen: list[str] = []
+    build = model._get_logits_processor
+
+    def spied(*args, **kwargs):
+        processors = build(*args, **kwargs)
+        seen[:] = [type(p).__name__.removesuffix("LogitsProcessor").removesuffix("LogitsWarper") for p in processors]
+        return processors
+
+    model._get_logits_processor = spied
+    return seen
 
 
 def timed(call, repeats: int, forwards: Forwards) -> tuple[float, float]:
@@ -123,8 +138,13 @@ def main() -> None:
         starts = torch.tensor([width - len(p) for p in prompt_ids], device=device)
         mask = (torch.arange(width, device=device) >= starts[:, None]).long()
         peft_model = trainer.model
+        if args.activation_checkpointing:  # as Trainer.train switches it on, before the first step
+            peft_model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=args.activation_checkpointing_kwargs
+            )
         base = peft_model.get_base_model()
         forwards = Forwards(base.model)
+        processors = spy_processors(base)
         config = trainer.generation_config
 
         def plain(model):
@@ -145,6 +165,7 @@ def main() -> None:
             peft_model.train()
             player._generate(prompt_ids)
 
+        checkpointing = base.is_gradient_checkpointing
         ways = {}
         with peft_model.disable_adapter():
             ways["generate"] = timed(plain(peft_model), opts.repeats, forwards)
@@ -155,7 +176,8 @@ def main() -> None:
     precision = "4-bit NF4" if opts.four_bit else opts.dtype
     print(
         f"{profile} ({device}), Qwen stand-in {tuple(opts.shape)}, {precision}, {opts.batch} replies x "
-        f"{opts.tokens} tokens, prompts {min(map(len, prompt_ids))}-{width} tokens, median of {opts.repeats}"
+        f"{opts.tokens} tokens, prompts {min(map(len, prompt_ids))}-{width} tokens, activation checkpointing "
+        f"{'on' if checkpointing else 'off'}, median of {opts.repeats}"
     )
     bar = ways["generate"][0]
     print("\n| way | s/call | tokens/s | ms/decoding step | x generate | tokens per forward after the first |")
@@ -166,6 +188,7 @@ def main() -> None:
             f"| {seconds / bar:.2f} | {per_forward:.2f} |"
         )
     print(f"\nbar: the trainer's generation at most {BAR}x generate")
+    print(f"logits processors and warpers of each call: {', '.join(processors) or 'none'}")
 
 
 if __name__ == "__main__":

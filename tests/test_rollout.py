@@ -103,6 +103,11 @@ def test_layout_is_slot_groups_of_games_with_masked_placeholders():
     # The history shown before turn 3 of game 2 holds only its valid guesses.
     assert out["past_guess_history"][2 * 4 + 2] == [["SLATE", "BBGBG"]]
     assert sum(t is None for t in out["game_turn"]) == 4 * SLOTS - (2 + 1 + 4 + 6)
+    # vLLM's sampling log-probabilities go to TRL per token, 0 on a placeholder; model.generate's turns have none,
+    # and then the batch has none, as TRL's own turns (its importance sampling falls back to the scoring pass).
+    assert out["logprobs"][0] == [-0.5, -0.25, -0.1] and out["logprobs"][3 * 4 + 1] == [0.0]
+    without = {key: (prompt, completion, None) for key, (prompt, completion, _) in records_for(games).items()}
+    assert GameRollout().layout(games, without, generations=4, eos_id=0)["logprobs"] is None
 
 
 def test_lone_turns_are_counted_per_start_state_and_slot():

@@ -253,9 +253,10 @@ def check_device(
     on_cpu = script.device == "cpu"
     if bool(train_kw.get("use_cpu")) != on_cpu:
         if "use_cpu" in flags:
+            other = "--device cuda" if on_cpu else "--device cpu"
             raise ConfigError(
-                f"--use_cpu {str(bool(train_kw.get('use_cpu'))).lower()} contradicts {asked_by}: drop --use_cpu "
-                "(the device decides where the run trains)"
+                f"--use_cpu {str(not on_cpu).lower()} contradicts {asked_by}: the device decides where the run "
+                f"trains; drop --use_cpu, or pass {other}"
             )
         train_kw["use_cpu"] = on_cpu
         notes.append(f"{asked_by}: use_cpu {str(on_cpu).lower()}, so that the run trains on {script.device}")

@@ -140,7 +140,7 @@ TRAIN_CASES = [
     Case(
         "--use_cpu against --device",
         ["--profile", "cpu", "--device", "cuda", "--use_cpu", "true"],
-        "--use_cpu true contradicts --device cuda: drop --use_cpu",
+        "--use_cpu true contradicts --device cuda: the device decides where the run trains; drop --use_cpu, or",
         "gpu",
         row="`--use_cpu` against the run's device",
     ),

@@ -189,15 +189,21 @@ def _train_cmd(out: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_resume_after_kill_9_reaches_max_steps_with_nothing_lost(tmp_path):
-    out = tmp_path / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _run_until_checkpoint(out: Path, step: int, env: dict) -> subprocess.Popen:
+    """A training run in its own process, once its checkpoint-``step`` is whole."""
     proc = subprocess.Popen(_train_cmd(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
-    while not (out / "checkpoint-4" / "trainer_state.json").exists():
+    while not (out / f"checkpoint-{step}" / "trainer_state.json").exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
         time.sleep(0.2)
+    return proc
+
+
+def test_resume_after_kill_9_reaches_max_steps_with_nothing_lost(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = _run_until_checkpoint(out, 4, env)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (out / "adapter_model.safetensors").exists(), "the run finished before it was killed"
@@ -227,12 +233,7 @@ def test_sigterm_stops_at_the_step_s_end_with_a_checkpoint_and_resume_finishes(t
     gives the --resume command; no checkpoint is torn; the resumed run logs every step once."""
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(_train_cmd(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while not (out / "checkpoint-2" / "trainer_state.json").exists():
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
-        time.sleep(0.2)
+    proc = _run_until_checkpoint(out, 2, env)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)  # a hang guard: it stops when the step under way ends
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
@@ -290,8 +291,6 @@ def test_mps_profile_wires_the_callback(monkeypatch, tmp_path):
             str(tmp_path),
             "--train_rows",
             "4",
-            "--use_cpu",
-            "true",
             "--skip_eval",
             "true",
         ]

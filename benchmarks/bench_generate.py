@@ -20,8 +20,8 @@ Ways, each timed ``--repeats`` times after one warm-up call (the median is print
 - ``game mode``: ``PolicyPlayer._generate``, a game turn's HF path (``--rollout game``), in train mode.
 
 For each: seconds per call, tokens per second, ms per decoding step, the ratio against ``generate``, and the
-tokens each forward call after the first took (1.0: the KV cache is on); then the logits processors a call
-builds. Nothing here asserts on time.
+tokens each forward call after the first took (1.0: the KV cache is on) and the logits processors it built.
+Nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Forwards:
 
 
 def spy_processors(model) -> list[str]:
-    """The names of the logits processors (and warpers) each generate call builds, last call's kept."""
+    """The names of the logits processors (and warpers) the last generate call built."""
     seen: list[str] = []
     build = model._get_logits_processor
 
@@ -166,12 +166,12 @@ def main() -> None:
             player._generate(prompt_ids)
 
         checkpointing = base.is_gradient_checkpointing
-        ways = {}
+        ways = {}  # name -> (median seconds, tokens per forward after the first, the call's logits processors)
         with peft_model.disable_adapter():
-            ways["generate"] = timed(plain(peft_model), opts.repeats, forwards)
-        ways["generate, LoRA"] = timed(plain(peft_model), opts.repeats, forwards)
-        ways["TRL turn mode"] = timed(turn_mode, opts.repeats, forwards)
-        ways["game mode"] = timed(game_mode, opts.repeats, forwards)
+            ways["generate"] = (*timed(plain(peft_model), opts.repeats, forwards), list(processors))
+        ways["generate, LoRA"] = (*timed(plain(peft_model), opts.repeats, forwards), list(processors))
+        ways["TRL turn mode"] = (*timed(turn_mode, opts.repeats, forwards), list(processors))
+        ways["game mode"] = (*timed(game_mode, opts.repeats, forwards), list(processors))
 
     precision = "4-bit NF4" if opts.four_bit else opts.dtype
     print(
@@ -180,15 +180,17 @@ def main() -> None:
         f"{'on' if checkpointing else 'off'}, median of {opts.repeats}"
     )
     bar = ways["generate"][0]
-    print("\n| way | s/call | tokens/s | ms/decoding step | x generate | tokens per forward after the first |")
-    print("|---|---|---|---|---|---|")
-    for name, (seconds, per_forward) in ways.items():
+    print(
+        "\n| way | s/call | tokens/s | ms/decoding step | x generate | tokens per forward after the first "
+        "| logits processors and warpers |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, (seconds, per_forward, built) in ways.items():
         print(
             f"| {name} | {seconds:.3f} | {opts.batch * opts.tokens / seconds:.0f} | {1000 * seconds / opts.tokens:.1f} "
-            f"| {seconds / bar:.2f} | {per_forward:.2f} |"
+            f"| {seconds / bar:.2f} | {per_forward:.2f} | {', '.join(built) or 'none'} |"
         )
     print(f"\nbar: the trainer's generation at most {BAR}x generate")
-    print(f"logits processors and warpers of each call: {', '.join(processors) or 'none'}")
 
 
 if __name__ == "__main__":

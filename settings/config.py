@@ -189,6 +189,7 @@ class _Layers(NamedTuple):
     from_profile: set[str]  # the keys the profile (and that section) set
     detected: str | None  # why --profile auto chose this profile; None when the user named it
     embedded: bool  # whether the profile's embedded-model section applies
+    device: str | None  # the device the profile itself names (--device and --config may name another)
 
 
 def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
@@ -198,6 +199,7 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
         profile, detected = devices.detect()
         notes.append(f"profile auto -> {profile}: {detected}")
     values = load_profile(profile)
+    device = values.get("device")
     embedded = values.pop(EMBEDDED_SECTION, {})
     config = _read_yaml(Path(known.config), "config file") if known.config else {}
     model = known.model or config.get("model") or config.get("model_name_or_path") or values["model_name_or_path"]
@@ -220,7 +222,7 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
     values["profile"] = profile
     if not HAS_NEW_CHECKPOINTING and NEW_CHECKPOINTING in values:
         values.setdefault("gradient_checkpointing", values.pop(NEW_CHECKPOINTING))
-    return _Layers(profile, values, from_profile, detected, applies)
+    return _Layers(profile, values, from_profile, detected, applies, device)
 
 
 def _parse(argv: list[str], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -252,7 +254,8 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     """
     known = _pre_parse(argv)
     notes: list[str] = []
-    profile, values, *_ = _layers(known, notes)
+    layers = _layers(known, notes)
+    profile, values = layers.profile, layers.values
     script_kw, train_kw, model_kw = _parse(argv, values)
     script_kw["profile"] = profile  # the resolved name, not "auto"
     script = _construct(ScriptArguments, script_kw, "script")
@@ -271,7 +274,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
         raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")
     checks.check_launch(script, train_kw)
     check = check_device and not known.dry_run
-    present = checks.check_device(script, train_kw, model_kw, notes, check, flags, load_profile(profile).get("device"))
+    present = checks.check_device(script, train_kw, model_kw, notes, check, flags, layers.device)
     training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)
     changed = _changed(script_kw, train_kw, model_kw, precision)
     return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))

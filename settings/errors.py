@@ -37,12 +37,17 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and any(text in str(exc) for text in _DISK_FULL_TEXTS)
 
 
+def disk_full_reason(exc: BaseException) -> str:
+    """What the system said of a full disk: an OSError's own words, else the usual ones (the libraries that raise
+    other exceptions bury them in a longer message)."""
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else "No space left on device"
+
+
 def disk_full_line(exc: BaseException, where: str | Path | None, then: str) -> str:
     """The one line for a full disk: where the write was (the file, when the library named it), why, and what to
     do once space is back."""
     named = exc.filename if isinstance(exc, OSError) and exc.filename else where
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "No space left on device"
-    return f"the disk filled {f'writing {named} ' if named else ''}({reason}): free space, then {then}"
+    return f"the disk filled {f'writing {named} ' if named else ''}({disk_full_reason(exc)}): free space, then {then}"
 
 
 @contextmanager

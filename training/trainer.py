@@ -31,7 +31,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from runtime import distributed
 from runtime.device import memory_source, peak_memory_mb
-from settings.errors import ConfigError, is_disk_full
+from settings.errors import ConfigError, disk_full_reason, is_disk_full
 from training.rollout import GameBatch, GameCheck, GameRollout, KeptRows, quiet_placeholder_warning
 
 
@@ -193,15 +193,14 @@ class WordleGRPOTrainer(GRPOTrainer):
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             if self.args.should_save:
                 shutil.rmtree(folder, ignore_errors=True)
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "No space left on device"
             earlier = any(folder.parent.glob("checkpoint-*/trainer_state.json"))
             then = (
                 "the earlier ones are intact: free space, then rerun with --resume"
                 if earlier
-                else ("there is no earlier one: free space, then rerun without --resume")
+                else "there is no earlier one: free space, then rerun without --resume"
             )
             raise ConfigError(
-                f"the disk filled while saving {folder.name} in {folder.parent} ({reason}); removed that "
+                f"the disk filled while saving {folder.name} in {folder.parent} ({disk_full_reason(exc)}); removed that "
                 f"half-written checkpoint, {then}"
             ) from None
 

@@ -239,6 +239,7 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
         rollout=GameRollout() if script.rollout.plays_games else None,
         check=check if script.game_eval_steps else None,
         check_steps=script.game_eval_steps,
+        merged_generation=script.merged_generation,
         model=model,
         reward_funcs=get_reward_funcs(script.rewards),
         args=resolved.training,

@@ -17,7 +17,9 @@ Ways, each timed ``--repeats`` times after one warm-up call (the median is print
 - ``generate, LoRA``: the PEFT model as the trainer holds it (unmerged LoRA on every projection), eval mode;
 - ``TRL turn mode``: ``GRPOTrainer._generate_single_turn``, TRL's own HF path (``--rollout turn``), in train
   mode as during a step;
-- ``game mode``: ``PolicyPlayer._generate``, a game turn's HF path (``--rollout game``), in train mode.
+- ``game mode``: ``PolicyPlayer._generate``, a game turn's HF path (``--rollout game``), in train mode;
+- the last two again with ``--merged_generation`` (``training.merged``): from a copy with the LoRA merged in, in
+  the compute dtype (bf16 beside 4-bit weights). Its refresh, once per optimizer step, is timed apart.
 
 For each: seconds per call, tokens per second, ms per decoding step, the ratio against ``generate``, and the
 tokens each forward call after the first took (1.0: the KV cache is on) and the logits processors it built.
@@ -42,6 +44,7 @@ from rewards import get_reward_funcs
 from settings.config import resolve
 from tinymodel.stand_in import QwenShape, build_qwen_dir
 from training.data import build_rows
+from training.merged import MergedCopy
 from training.rollout import PolicyPlayer
 from training.trainer import WordleGRPOTrainer
 
@@ -49,11 +52,12 @@ BAR = 1.3  # the issue's: the trainer's generation at most 1.3x plain generate
 
 
 class Forwards:
-    """Counts a model's forward calls and the tokens each took (a hook on its decoder)."""
+    """Counts the forward calls of a model's decoder, and the tokens each took (a hook on each of ``modules``)."""
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    def __init__(self, *modules: torch.nn.Module) -> None:
         self.widths: list[int] = []
-        module.register_forward_pre_hook(self._seen, with_kwargs=True)
+        for module in modules:
+            module.register_forward_pre_hook(self._seen, with_kwargs=True)
 
     def _seen(self, module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -66,17 +70,24 @@ class Forwards:
         return statistics.mean(later) if later else float("nan")
 
 
-def spy_processors(model) -> list[str]:
-    """The names of the logits processors (and warpers) the last generate call built."""
+def spy_processors(*models) -> list[str]:
+    """The names of the logits processors (and warpers) the last generate call of any of ``models`` built."""
     seen: list[str] = []
-    build = model._get_logits_processor
 
-    def spied(*args, **kwargs):
-        processors = build(*args, **kwargs)
-        seen[:] = [type(p).__name__.removesuffix("LogitsProcessor").removesuffix("LogitsWarper") for p in processors]
-        return processors
+    def spy(model) -> None:
+        build = model._get_logits_processor
 
-    model._get_logits_processor = spied
+        def spied(*args, **kwargs):
+            processors = build(*args, **kwargs)
+            seen[:] = [
+                type(p).__name__.removesuffix("LogitsProcessor").removesuffix("LogitsWarper") for p in processors
+            ]
+            return processors
+
+        model._get_logits_processor = spied
+
+    for model in models:
+        spy(model)
     return seen
 
 
@@ -143,8 +154,12 @@ def main() -> None:
                 activation_checkpointing_kwargs=args.activation_checkpointing_kwargs
             )
         base = peft_model.get_base_model()
-        forwards = Forwards(base.model)
-        processors = spy_processors(base)
+        merged = MergedCopy(peft_model, peft_model.get_input_embeddings().weight.dtype)
+        start = time.perf_counter()
+        merged.refresh()
+        refresh_ms = 1000 * (time.perf_counter() - start)
+        forwards = Forwards(base.model, merged.model.model)
+        processors = spy_processors(base, merged.model)
         config = trainer.generation_config
 
         def plain(model):
@@ -172,6 +187,9 @@ def main() -> None:
         ways["generate, LoRA"] = (*timed(plain(peft_model), opts.repeats, forwards), list(processors))
         ways["TRL turn mode"] = (*timed(turn_mode, opts.repeats, forwards), list(processors))
         ways["game mode"] = (*timed(game_mode, opts.repeats, forwards), list(processors))
+        trainer.merged = merged  # as --merged_generation sets it
+        ways["TRL turn mode, merged copy"] = (*timed(turn_mode, opts.repeats, forwards), list(processors))
+        ways["game mode, merged copy"] = (*timed(game_mode, opts.repeats, forwards), list(processors))
 
     precision = "4-bit NF4" if opts.four_bit else opts.dtype
     print(
@@ -190,7 +208,8 @@ def main() -> None:
             f"| {name} | {seconds:.3f} | {opts.batch * opts.tokens / seconds:.0f} | {1000 * seconds / opts.tokens:.1f} "
             f"| {seconds / bar:.2f} | {per_forward:.2f} | {', '.join(built) or 'none'} |"
         )
-    print(f"\nbar: the trainer's generation at most {BAR}x generate")
+    print(f"\nthe merged copy's refresh, once per optimizer step: {refresh_ms:.1f} ms")
+    print(f"bar: the trainer's generation at most {BAR}x generate")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ No download: the model is ``tinymodel.stand_in``'s, Qwen's real tokenizer beside
 --max_steps N --skip_eval true`` in its own process:
 
 - ``4-bit HF``: 4-bit NF4 QLoRA, generation with transformers' ``generate`` (the cuda profile as it ships);
+- ``4-bit HF, merged copy``: the same, generating from a bf16 copy with the LoRA merged in (``--merged_generation``);
 - ``unquantized HF``: ``--load_in_4bit false`` (bf16 LoRA under the cuda profile);
 - ``vLLM colocated``: ``--config configs/vllm/colocate.yaml --load_in_4bit false``, where vLLM is installed.
 
@@ -44,6 +45,7 @@ from tinymodel.stand_in import QWEN_3B, QwenShape, build_qwen_dir
 ROOT = Path(__file__).resolve().parent.parent
 WAYS = {
     "4-bit HF": ["--load_in_4bit", "true"],
+    "4-bit HF, merged copy": ["--load_in_4bit", "true", "--merged_generation", "true"],
     "unquantized HF": ["--load_in_4bit", "false"],
     "vLLM colocated": ["--config", "configs/vllm/colocate.yaml", "--load_in_4bit", "false"],
 }

@@ -149,6 +149,7 @@ class Run:
     vllm_fraction: float = 0.0  # colocated vLLM's share of the GPU (vllm_gpu_memory_utilization), 0 without
     vllm_sleep: bool = False  # vllm_enable_sleep_mode: vLLM hands its memory back while the loss runs
     vllm_cpu_kv_gib: float = 0.0  # colocated vLLM on CPU: its KV cache (VLLM_CPU_KVCACHE_SPACE), not a share
+    merged_copy: bool = False  # --merged_generation: the whole model once more, in the compute dtype
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -199,6 +200,7 @@ def estimate(shape: Shape, run: Run, runtime: int = 0, device_bytes: int | None 
         "runtime": runtime,
         "weights": weights,
         "reference model": weights if run.beta > 0 and run.lora_r is None else 0,
+        "merged copy": shape.params() * compute if run.merged_copy else 0,
         "trainable state": trainable * per_trainable,
         "activations": activations,
         "logits": int(tile * tile_bytes),
@@ -220,7 +222,8 @@ def _vllm_bytes(shape: Shape, run: Run, device_bytes: int | None) -> int:
 def peak(parts: dict[str, int], vllm_sleeps: bool = False) -> int:
     """The fixed parts plus the fuller phase: the loss (activations, logits) or generation (KV cache). A colocated
     vLLM holds its reservation throughout, or, asleep while the loss runs (``vllm_sleeps``), only while generating."""
-    fixed = parts["runtime"] + parts["weights"] + parts["reference model"] + parts["trainable state"]
+    fixed = parts["runtime"] + parts["weights"] + parts["reference model"] + parts["merged copy"]
+    fixed += parts["trainable state"]
     loss = parts["activations"] + parts["logits"]
     if vllm_sleeps:
         return fixed + max(loss, parts["kv cache"] + parts["vllm"])
@@ -290,6 +293,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         vllm_cpu_kv_gib=float(os.environ.get(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT))
         if vllm_fraction and s.device == "cpu"
         else 0.0,
+        merged_copy=s.merged_generation,
     )
 
 

@@ -157,6 +157,13 @@ class ScriptArguments:
             "answer, allowed, answer:K, allowed:K, words:W1,W2"
         },
     )
+    merged_generation: bool = field(
+        default=False,
+        metadata={
+            "help": "generate from a copy of the model with the LoRA merged in, refreshed each step: one matrix per "
+            "projection instead of three (and no 4-bit dequantisation), for a copy of the weights in memory"
+        },
+    )
     constrain_vllm: str | None = field(
         default=None,
         metadata={

@@ -191,6 +191,27 @@ def vllm_on_device(
         )
 
 
+def merged_generation(script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any]) -> None:
+    """What ``--merged_generation`` needs: a LoRA to merge, ``model.generate`` to serve (vLLM holds a merged copy of its
+    own, and TRL's paged path casts the model it is handed). Sharded weights are refused with the launch
+    (settings.launch)."""
+    if not script.merged_generation:
+        return
+    if not model_kw.get("use_peft"):
+        raise ConfigError("--merged_generation merges a LoRA into a copy of the model: it needs --use_peft true")
+    if train_kw.get("use_vllm"):
+        raise ConfigError(
+            "--merged_generation is for model.generate; vLLM generates from a merged copy of its own: "
+            "drop one of --merged_generation, --use_vllm"
+        )
+    for key in ("use_transformers_continuous_batching", "use_transformers_paged"):
+        if train_kw.get(key):
+            raise ConfigError(
+                f"--merged_generation is for model.generate, not TRL's paged generation: drop one of "
+                f"--merged_generation, --{key}"
+            )
+
+
 def choose_rewards(
     script: ScriptArguments, train_kw: dict[str, Any], notes: list[str], given: frozenset[str] = frozenset()
 ) -> None:

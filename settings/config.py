@@ -266,6 +266,7 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     checks.check_ranges(script, train_kw, model_kw)
     checks.constrain_vllm(script, train_kw, notes)
     checks.vllm_on_device(script, train_kw, model_kw, notes)
+    checks.merged_generation(script, train_kw, model_kw)
     flags = frozenset(a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--"))
     given = frozenset(values) | flags
     checks.choose_rewards(script, train_kw, notes, given)

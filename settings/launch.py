@@ -77,6 +77,11 @@ def launch_problem(
                 f"{sharded} cannot play {games} (each process plays its own, and every forward pass of sharded "
                 f"weights waits for all): {fix}, or use ZeRO-2"
             )
+    if script.merged_generation:
+        return (
+            f"{sharded} shards the weights, and --merged_generation copies them whole on each process: "
+            "drop --merged_generation, or use ZeRO-2"
+        )
     if stage == 3 and script.merge:
         return (
             "DeepSpeed ZeRO-3 cannot --merge while training (the main process alone would load a sharded model): "

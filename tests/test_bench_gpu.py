@@ -31,7 +31,8 @@ def test_the_gpu_check_runs_on_the_cpu_and_every_figure_is_filled(tmp_path):
     table = bench.main(argv)
     assert out.read_text().strip() == table.strip()
     assert "no GPU (CPU)" in table and "Qwen stand-in (64, 2, 128, 4, 2)" in table
-    for way, precision in (("4-bit HF", "fp32, 4-bit nf4"), ("unquantized HF", "fp32")):
+    ways = (("4-bit HF", "fp32, 4-bit nf4"), ("4-bit HF, merged copy", "fp32, 4-bit nf4"), ("unquantized HF", "fp32"))
+    for way, precision in ways:
         _, shown, step, generation, scoring, update, first, tokens, memory, busy = cells(table, way)
         assert shown == precision
         # the split is the step: its parts add up to the s/step shown (each rounded to 0.01)

@@ -203,6 +203,23 @@ TRAIN_CASES = [
         row="`--use_vllm true` without vLLM",
     ),
     Case(
+        "--merged_generation with vLLM",
+        ["--use_vllm", "true", "--merged_generation", "true"],
+        "vLLM generates from a merged copy of its own",
+        row="`--merged_generation` with vLLM",
+    ),
+    Case(
+        "--merged_generation with paged generation",
+        ["--rollout", "turn", "--use_transformers_paged", "true", "--merged_generation", "true"],
+        "drop one of --merged_generation, --use_transformers_paged",
+    ),
+    Case(
+        "--merged_generation without a LoRA",
+        ["--use_peft", "false", "--merged_generation", "true"],
+        "it needs --use_peft true",
+        row="`--merged_generation` without a LoRA",
+    ),
+    Case(
         "vLLM server mode on CPU",
         ["--use_vllm", "true", "--vllm_mode", "server"],
         "server over NCCL, which needs a CUDA GPU (device cpu): use --vllm_mode colocate",
@@ -417,6 +434,13 @@ TRAIN_CASES = [
         "ZeRO-3 cannot play the games before and after",
         "launched",
         row="ZeRO-3 with the games before and after",
+    ),
+    Case(
+        "ZeRO-3 and --merged_generation",
+        ["--deepspeed", ZERO3, "--skip_eval", "true", "--rollout", "turn", "--merged_generation", "true"],
+        "--merged_generation copies them whole on each process",
+        "launched",
+        row="ZeRO-3 with `--merged_generation`",
     ),
     Case(
         "ZeRO-3 and --merge",

@@ -60,6 +60,14 @@ def test_four_bit_quantises_the_decoder_linears_only():
     assert parts["weights"] == int(SMALL.linear_params() * (0.5 + 4 / 64)) + SMALL.other_params() * 2
 
 
+def test_merged_generation_holds_the_whole_model_again_in_the_compute_dtype():
+    plain = estimate(SMALL, Run(dtype="bfloat16", load_in_4bit=True))
+    parts = estimate(SMALL, Run(dtype="bfloat16", load_in_4bit=True, merged_copy=True))
+    assert plain["merged copy"] == 0
+    assert parts["merged copy"] == SMALL.params() * 2  # dequantised: bf16, not 4-bit
+    assert peak(parts) - peak(plain) == SMALL.params() * 2
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_parameter_count_matches_transformers(tied):
     config = Qwen2Config(

@@ -118,13 +118,16 @@ class PolicyPlayer:
         mask = pad([torch.ones_like(r) for r in rows], padding_value=0, padding_side="left")
         width = input_ids.shape[1]
         device = trainer.accelerator.device
-        with unwrap_model_for_generation(
-            trainer.model_wrapped,
-            trainer.accelerator,
-            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-            generation_kwargs=trainer.generation_kwargs,
-            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-        ) as model:
+        with (
+            trainer.generating(),
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                generation_kwargs=trainer.generation_kwargs,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as model,
+        ):
             out = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=mask.to(device),

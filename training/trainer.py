@@ -32,6 +32,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 from runtime import distributed
 from runtime.device import memory_source, peak_memory_mb
 from settings.errors import ConfigError, disk_full_reason, is_disk_full
+from training.merged import MergedCopy
 from training.rollout import GameBatch, GameCheck, GameRollout, KeptRows, quiet_placeholder_warning
 
 
@@ -45,6 +46,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         rollout: GameRollout | None = None,
         check: GameCheck | None = None,
         check_steps: int = 0,
+        merged_generation: bool = False,
         **kwargs,
     ) -> None:
         self.game_rollout, self.check, self.check_steps = rollout, check, check_steps
@@ -55,6 +57,11 @@ class WordleGRPOTrainer(GRPOTrainer):
             quiet_placeholder_warning()
             kwargs["rollout_func"] = rollout
         super().__init__(*args, **kwargs)
+        self.merged: MergedCopy | None = None
+        self._merged_step: int | None = None  # the optimizer step whose weights the copy holds
+        if merged_generation:
+            dtype = self.model.get_input_embeddings().weight.dtype  # the compute dtype, also beside 4-bit weights
+            self.merged = MergedCopy(self.accelerator.unwrap_model(self.model), dtype)
         self.clock = StepClock(self)
         self.add_callback(self.clock)
         self.remove_callback(ProgressCallback)
@@ -144,6 +151,26 @@ class WordleGRPOTrainer(GRPOTrainer):
             torch.cat(entropies) if entropies else None,
             torch.stack(aux).mean() if aux else None,
         )
+
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        """While generating, ``model_wrapped`` (which TRL's HF path and the game turns unwrap and call ``generate``
+        on) is the merged copy where ``--merged_generation`` asks for one, refreshed once per optimizer step."""
+        if self.merged is None:
+            yield
+            return
+        if self._merged_step != self.state.global_step:
+            self.merged.refresh()
+            self._merged_step = self.state.global_step
+        wrapped, self.model_wrapped = self.model_wrapped, self.merged.model
+        try:
+            yield
+        finally:
+            self.model_wrapped = wrapped
+
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        with self.generating():
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
     def _generate(self, prompts: list):
         with self.clock.part("generation"):

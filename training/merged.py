@@ -55,7 +55,6 @@ class MergedCopy:
     """
 
     def __init__(self, peft_model: torch.nn.Module, dtype: torch.dtype) -> None:
-        self.peft_model, self.dtype = peft_model, dtype
         self.adapter = peft_model.active_adapter
         base: PreTrainedModel = peft_model.get_base_model()
         config = copy.deepcopy(base.config)
@@ -70,9 +69,11 @@ class MergedCopy:
         model.generation_config = base.generation_config
         self.model = model
         # Each of the copy's modules that holds tensors of its own, beside the module of the PEFT model it mirrors.
-        own = {name: m for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))}
-        own |= {name: m for name, m in model.named_modules() if any(True for _ in m.buffers(recurse=False))}
-        self.pairs = [(m, _source_of(base.get_submodule(name), self.adapter)) for name, m in own.items()]
+        self.pairs = [
+            (m, _source_of(base.get_submodule(name), self.adapter))
+            for name, m in model.named_modules()
+            if [*m.parameters(recurse=False), *m.buffers(recurse=False)]
+        ]
         self.adapted = [(m, source) for m, source in self.pairs if isinstance(source, LoraLayer)]
         with torch.no_grad():
             for mine, source in self.pairs:

@@ -10,6 +10,9 @@
   the live turns alone, not the placeholders of games that had ended, and its completions table pairs each
   reply with its own turn's state.
 
+``merged_generation=True`` (``--merged_generation``) generates from a copy with the LoRA merged in
+(``training/merged.py``), refreshed once per optimizer step.
+
 Generation, loss and optimisation are TRL's own (``benchmarks/bench_step.py`` measures the
 difference against a bare GRPOTrainer).
 """

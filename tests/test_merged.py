@@ -155,3 +155,13 @@ def test_a_run_generates_from_the_copy_refreshed_once_a_step_and_learns_as_witho
         if param.requires_grad:
             torch.testing.assert_close(trained[name], param, rtol=1e-4, atol=1e-6, msg=name)
     assert any(p.abs().sum() > 0 for n, p in trained.items() if "lora_B" in n)
+
+
+def test_a_4bit_run_generates_from_a_copy_in_the_compute_dtype(tmp_path):
+    argv = [*QUICK, *MODES["game mode"], "--load_in_4bit", "true", "--merged_generation", "true"]
+    trainer = grpo_train.train(resolve([*argv, "--output_dir", str(tmp_path / "out")]))
+    linears = [m for m in trainer.merged.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(type(m.weight).__name__ == "Parameter" for m in linears)  # no Params4bit: dequantised
+    assert {p.dtype for p in trainer.merged.model.parameters()} == {trainer.model.get_input_embeddings().weight.dtype}
+    assert trainer._merged_step == 1  # refreshed for the second step's games
+    assert any(p.abs().sum() > 0 for n, p in trainer.model.named_parameters() if "lora_B" in n)

@@ -35,6 +35,7 @@ ROWS = {
     "s": (QwenShape(256, 4, 1024, 4, 2), []),
     "m": (QwenShape(512, 8, 2048, 8, 2), []),
     "m-ckpt": (QwenShape(512, 8, 2048, 8, 2), ["--gradient_checkpointing", "true"]),
+    "m-merged": (QwenShape(512, 8, 2048, 8, 2), ["--merged_generation", "true"]),
     "m-full": (
         QwenShape(512, 8, 2048, 8, 2),
         ["--use_peft", "false", "--num_generations", "4", "--per_device_train_batch_size", "4"],

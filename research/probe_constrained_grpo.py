@@ -22,7 +22,7 @@ from pathlib import Path
 
 from transformers import LogitsProcessorList
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the entry point is a script of the root, not a package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # grpo_train.py: a script of the root, not a package
 import grpo_train  # noqa: E402
 from evaluation.constrain import GuessConstraint  # noqa: E402
 from training import rollout  # noqa: E402

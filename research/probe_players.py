@@ -108,9 +108,8 @@ def probe_logits(model_dir: str, scales: list[float]) -> None:
     words = list(answers())
     answer_ids = torch.tensor(tokenizer.convert_tokens_to_ids(words))
     with torch.no_grad():
-        logits = [
-            model(torch.tensor([ids])).logits[0, -1, answer_ids].double().numpy() for ids, _, _ in encoded(tokenizer, states)
-        ]
+        rows = encoded(tokenizer, states)
+        logits = [model(torch.tensor([ids])).logits[0, -1, answer_ids].double().numpy() for ids, _, _ in rows]
     masks, infos = [], []
     for (_, history), row in zip(states, logits, strict=True):
         cands = candidates(history)

@@ -15,18 +15,15 @@ against every token, as an unconstrained run's would.
 from __future__ import annotations
 
 import functools
-import sys
+import runpy
 from contextlib import contextmanager
-
 from pathlib import Path
 
 from transformers import LogitsProcessorList
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # grpo_train.py: a script of the root, not a package
-import grpo_train  # noqa: E402
-from evaluation.constrain import GuessConstraint  # noqa: E402
-from training import rollout  # noqa: E402
-from wordle import candidates  # noqa: E402
+from evaluation.constrain import GuessConstraint
+from training import rollout
+from wordle import candidates
 
 _unwrap = rollout.unwrap_model_for_generation
 _replies = rollout.PolicyPlayer.replies
@@ -74,4 +71,5 @@ def unwrap(model_wrapped, accelerator, **kwargs):
 if __name__ == "__main__":
     rollout.unwrap_model_for_generation = unwrap
     rollout.PolicyPlayer.replies = replies
-    sys.exit(grpo_train.main())
+    # The entry point itself, as a user runs it (a script of the root: nothing imports it), with the patches above.
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "grpo_train.py"), run_name="__main__")

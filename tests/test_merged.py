@@ -52,33 +52,54 @@ def logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return model(ids).logits.float()
 
 
-def repacked_four_bit(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> torch.nn.Module:
-    """As on a CPU with AVX512-BF16 (whatever this one has): bitsandbytes repacks the 4-bit weights for inference at
-    their first eval-mode forward, into a layout its own dequantisation misreads."""
+def bnb_repacks(monkeypatch: pytest.MonkeyPatch, repacks: bool) -> None:
+    """Decide for the 4-bit layers built next whether bitsandbytes repacks their weights for CPU inference at their
+    first eval-mode forward, which it does where the CPU has AVX512-BF16, into a layout its own dequantisation
+    misreads."""
     import bitsandbytes as bnb
 
-    monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: True)
-    return four_bit(model_dir)
+    monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: repacks)
 
 
-# (case, the PEFT model, the copy's dtype, the tolerance relative to the largest logit)
+def cpu_has_avx512bf16() -> bool:
+    from bitsandbytes.functional import has_avx512bf16
+
+    return bool(has_avx512bf16())
+
+
+def four_bit_as_on(repacks: bool):
+    def make(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> torch.nn.Module:
+        bnb_repacks(monkeypatch, repacks)
+        return four_bit(model_dir)
+
+    return make
+
+
+# The repacked layout runs only through bitsandbytes' AVX512-BF16 kernels: forced on a CPU without them (an AVX2-only
+# EPYC), its products are garbage whatever the copy does, so that case runs only where the CPU has the instructions.
+NEEDS_AVX512BF16 = pytest.mark.skipif(
+    not cpu_has_avx512bf16(),
+    reason="bitsandbytes repacks 4-bit weights only on CPUs with AVX512-BF16, and this one has none",
+)
+
+# (the PEFT model, the copy's dtype, the tolerance relative to the largest logit, whether bitsandbytes repacked)
+# The copy holds base + delta rounded to bf16 once; the 4-bit forward adds the LoRA's fp32 output to bf16.
 CASES = [
-    ("fp32, the embedded model", lambda *_: embedded(), torch.float32, 1e-5),
-    (
-        "fp32, a trained lm_head (modules_to_save)",
-        lambda *_: embedded(modules_to_save=["lm_head"]),
-        torch.float32,
-        1e-5,
+    pytest.param(lambda *_: embedded(), torch.float32, 1e-5, None, id="fp32, the embedded model"),
+    pytest.param(
+        lambda *_: embedded(modules_to_save=["lm_head"]), torch.float32, 1e-5, None, id="fp32, a trained lm_head"
     ),
-    # The copy holds base + delta rounded to bf16 once; the 4-bit forward adds the LoRA's fp32 output to bf16.
-    ("4-bit NF4 base, bf16 compute", lambda path, _: four_bit(path), torch.bfloat16, 2e-2),
-    ("4-bit NF4, repacked for CPU inference", repacked_four_bit, torch.bfloat16, 2e-2),
+    # What bitsandbytes does on this CPU, whichever it is: the production path.
+    pytest.param(lambda path, _: four_bit(path), torch.bfloat16, 2e-2, None, id="4-bit NF4, as this CPU runs it"),
+    # What an AVX2-only CPU runs, on any CPU: the weights stay in bitsandbytes' plain layout.
+    pytest.param(four_bit_as_on(False), torch.bfloat16, 2e-2, False, id="4-bit NF4, unpacked as without AVX512-BF16"),
+    pytest.param(four_bit_as_on(True), torch.bfloat16, 2e-2, True, id="4-bit NF4, repacked", marks=NEEDS_AVX512BF16),
 ]
 
 
-@pytest.mark.parametrize(("make", "dtype", "tolerance"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("make", "dtype", "tolerance", "packed"), CASES)
 def test_the_copy_computes_what_the_peft_model_does_and_follows_each_step(
-    qwen_dir, monkeypatch, make, dtype, tolerance
+    qwen_dir, monkeypatch, make, dtype, tolerance, packed
 ):
     torch.manual_seed(0)
     model = make(qwen_dir, monkeypatch)
@@ -96,6 +117,10 @@ def test_the_copy_computes_what_the_peft_model_does_and_follows_each_step(
     assert stale > 10 * tolerance * scale, "the step changed nothing the copy computes: the test would prove nothing"
     copy.refresh()
     torch.testing.assert_close(logits(copy.model, ids), logits(model, ids), rtol=0, atol=float(tolerance * scale))
+    if packed is not None:  # the refresh read the layout the case names
+        assert packed == any(
+            getattr(getattr(p, "quant_state", None), "packing_format_for_cpu", False) for p in model.parameters()
+        )
 
 
 def test_the_copy_is_refreshed_from_the_unchanged_base_not_from_itself():

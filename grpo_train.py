@@ -22,45 +22,27 @@ import logging
 import os
 import shlex
 import sys
-import warnings
 
 import datasets
-import transformers
-import yaml
-from rich.console import Console
-from rich.logging import RichHandler
 from trl import GRPOConfig, get_peft_config
 
 from evaluation.vllm_backend import allowed_token_ids
-from models.loading import find_tokenizer, folds_system, load_model, load_tokenizer
-from models.memory import preflight
-from models.source import model_source
+from models.adapter import load_adapter
+from models.loading import load_model, load_tokenizer
 from rewards import get_reward_funcs
 from runtime import distributed
 from runtime.device import MpsCacheCallback
 from settings.arguments import DASHED, ScriptArguments
-from settings.cli import brief, help_requested, run_cli
+from settings.cli import brief, help_requested, run_cli, setup_logging
 from settings.config import Resolved, help_defaults, make_parser, resolve
-from settings.errors import ConfigError, writing
+from settings.errors import writing
 from settings.summary import to_yaml
 from training.before_after import card_evaluation, evaluate_end, evaluate_start
 from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
 from training.rollback import RollbackAdvisor
 from training.rollout import GameCheck, GameRollout
-from training.run import (
-    Plan,
-    check_not_in_use,
-    dataset,
-    fit,
-    log_memory_estimate,
-    merge,
-    outermost_missing,
-    plan,
-    prepare,
-    remove_empty,
-    save,
-)
+from training.run import Plan, claimed, dataset, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
 
@@ -121,32 +103,7 @@ def _main(argv: list[str]) -> None:
     train(resolved, run)
 
 
-def setup_logging() -> None:
-    # Logs go to stderr: stdout holds only what a run produces (the --dry-run YAML, the results table).
-    handler = RichHandler(console=Console(stderr=True), show_path=False)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
-    transformers.utils.logging.set_verbosity_warning()
-    # Deprecations inside transformers/TRL that this project cannot act on, named one by one.
-    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
-
-
 # --- resolve: profile, --config and the command line, checked before anything slow -----------------------
-
-
-def dry_run(resolved: Resolved) -> None:
-    """The resolved configuration and the memory estimate, from config.json and the tokenizer alone: no
-    weights load or download, so a preview stays seconds and answers before a download."""
-    try:
-        source = model_source(resolved.model.model_name_or_path, weights=False)
-        tokenizer = find_tokenizer(source, resolved)
-    except ConfigError as err:
-        estimate = {"unavailable": str(err)}
-    else:
-        if tokenizer is not None and folds_system(tokenizer):
-            resolved.notes.append("chat template: it has no system role, so the rules open the first user message")
-        estimate = preflight(resolved, source, tokenizer)
-    print(to_yaml(resolved), end="")
-    print(yaml.safe_dump({"memory_estimate": estimate}, sort_keys=False, width=120), end="")
 
 
 # --- the run: load, data, evaluate, trainer, train, save, evaluate ------------------------------------------
@@ -165,16 +122,8 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         if resolved.script.merge and distributed.is_main():
             merge(resolved, run)
         return None
-    created = outermost_missing(run.out)  # the lock creates it and any missing parent
-    lock = distributed.OutputLock(run.out)
-    if distributed.is_main() and not lock.acquire():
-        check_not_in_use(run.out)  # raises, naming the run that took it since plan()
-    try:
+    with claimed(run):  # locked; a run that stopped before writing anything leaves no directory
         return _train(resolved, run)
-    finally:
-        lock.release()
-        if created is not None and distributed.is_main():
-            remove_empty(run.out, created)  # a run that stopped before writing anything leaves no directory
 
 
 def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
@@ -184,6 +133,8 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     check_reply_fits(tokenizer, resolved.training.max_completion_length)
     log_memory_estimate(resolved, run.source, tokenizer)
     model = load_model(run.source, resolved)
+    if resolved.script.adapter:  # the supervised warm start's LoRA, trainable: GRPO continues it
+        model = load_adapter(model, resolved.script.adapter)
     # Data: game states (or start states) rendered by wordle/, with prompts that fit beside a reply.
     train_dataset = dataset(resolved, run, model, tokenizer)
     # Evaluate: full games on the held-out secrets before training, to compare with after (reused on --resume).
@@ -245,7 +196,7 @@ def make_trainer(resolved: Resolved, model, tokenizer, train_dataset: datasets.D
         args=resolved.training,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        peft_config=get_peft_config(resolved.model),
+        peft_config=None if script.adapter else get_peft_config(resolved.model),
         callbacks=[
             distributed.RecordProcesses(),
             PortableCheckpoints(resolved.model.model_name_or_path),

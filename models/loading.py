@@ -217,7 +217,7 @@ def load_for_inference(
     holds one (``grpo_train.py`` saves it there), else the model's.
     """
     source = model_source(name)
-    adapter_dir = _adapter_dir(adapter)
+    adapter_dir = checked_adapter_dir(adapter)
     if device is None:
         profile, _ = devices.detect()
         device = "cuda" if profile == "rocm" else profile  # torch's ROCm build calls its GPUs cuda
@@ -237,7 +237,7 @@ def load_for_inference(
     return model, tokenizer
 
 
-def _adapter_dir(adapter: str | Path | None) -> Path | None:
+def checked_adapter_dir(adapter: str | Path | None) -> Path | None:
     if adapter is None:
         return None
     adapter_dir = Path(adapter).expanduser()
@@ -290,7 +290,7 @@ def load_generation_side(
     """What a generation backend needs besides the weights: the model's location, the adapter directory
     (checked), the tokenizer (as ``load_for_inference`` picks it) and the model's generation config."""
     source = model_source(name)
-    adapter_dir = _adapter_dir(adapter)
+    adapter_dir = checked_adapter_dir(adapter)
     tokenizer = _inference_tokenizer(source, adapter_dir, revision, trust_remote_code)
     try:
         generation = GenerationConfig.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)

@@ -37,7 +37,7 @@ from models.source import model_config
 from runtime.device import memory_limit, rss_bytes
 from settings.arguments import SLOTS
 from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV
-from settings.config import Resolved
+from settings.config import SFT, Resolved
 from settings.errors import ConfigError
 from wordle import MAX_GUESSES, history_for, render_prompt
 
@@ -62,7 +62,9 @@ _LOGIT_TILE_COPIES = 8.25
 _LOGIT_TILE_COPIES_TRITON = 2
 
 
-# Qwen2.5-3B-Instruct's config.json, the fields read here: the seeds' model, for previews without its weights.
+# Qwen2.5-3B-Instruct's config.json, the fields read here: the seeds' model, for previews without its weights, and the
+# profiles' default, so that --dry-run gives its estimate where the hub cannot be reached.
+QWEN2_5_3B_ID = "Qwen/Qwen2.5-3B-Instruct"
 QWEN2_5_3B = {
     "vocab_size": 151936,
     "hidden_size": 2048,
@@ -235,9 +237,11 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
     limit = memory_limit(device)
     parts = estimate(shape, run, runtime, limit[0] if limit else None)
     total = peak(parts, run.vllm_sleep)
+    generation = (
+        f"{run.generation_batch} sequences generated at once" if run.generation_batch else "no generation (supervised)"
+    )
     assumes = (
-        f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, "
-        f"{run.generation_batch} sequences generated at once"
+        f"{run.prompt_tokens} prompt + {run.completion_tokens} completion tokens, micro-batch {run.batch}, {generation}"
     )
     if run.vllm_cpu_kv_gib:
         assumes += f"; colocated vLLM holds a bf16 copy of the weights and a {run.vllm_cpu_kv_gib:g} GiB KV cache"
@@ -269,6 +273,21 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
 def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
     """The :class:`Run` of a resolved configuration, per device: every process holds the same."""
     t, m, s = resolved.training, resolved.model, resolved.script
+    if resolved.stage is SFT:  # no generation: a micro-batch of rows, each a prompt and a reply within the budget
+        return Run(
+            dtype=str(m.dtype or "float32"),
+            load_in_4bit=bool(m.load_in_4bit),
+            double_quant=bool(m.use_bnb_nested_quant),
+            lora_r=m.lora_r if m.use_peft else None,
+            lora_targets=tuple(m.lora_target_modules or ()),
+            optim=str(getattr(t.optim, "value", t.optim)),
+            batch=t.per_device_train_batch_size,
+            generation_batch=0,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=resolved.reply_budget,
+            checkpointing=bool(t.gradient_checkpointing),
+            triton=s.device in ("cuda", "rocm"),
+        )
     per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
     # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.
     sequences = per_device_generation // SLOTS if s.rollout.plays_games else per_device_generation
@@ -315,10 +334,13 @@ def preflight(resolved: Resolved, source: str, tokenizer: Any = None) -> dict[st
     """The estimate for a resolved run from the model's config.json, and its tokenizer when there is one
     (else a prompt of ``ASSUMED_PROMPT_TOKENS``, said in ``assumes``): no weights are needed, so it
     answers before a download. ``unavailable`` says why there is no estimate."""
+    remembered = False
     try:
         config = model_config(source, resolved.model.model_revision)
     except ConfigError as err:
-        return {"unavailable": str(err)}
+        if source != QWEN2_5_3B_ID or resolved.model.model_revision not in (None, "main"):
+            return {"unavailable": str(err)}
+        config, remembered = QWEN2_5_3B, True
     try:
         shape = Shape.from_config(config)
     except (KeyError, ValueError) as err:
@@ -328,4 +350,6 @@ def preflight(resolved: Resolved, source: str, tokenizer: Any = None) -> dict[st
     result = report(shape, run_settings(resolved, prompt), resolved.script.device, runtime)
     if tokenizer is None:
         result["assumes"] += f" (no tokenizer in {source}: the prompt length is assumed)"
+    if remembered:
+        result["assumes"] += f"; {source}'s shape as this project knows it (the hub is out of reach)"
     return result

@@ -49,10 +49,7 @@ def letter_scores(words: list[str], pool: list[str], greens: bool = True, presen
     place = [Counter(w[i] for w in pool) for i in range(5)]
     within = Counter(letter for w in pool for letter in set(w))
     return np.array(
-        [
-            greens * sum(place[i][c] for i, c in enumerate(w)) + presence * sum(within[c] for c in set(w))
-            for w in words
-        ],
+        [greens * sum(place[i][c] for i, c in enumerate(w)) + presence * sum(within[c] for c in set(w)) for w in words],
         dtype=np.float64,
     )
 

@@ -43,8 +43,9 @@ DASHED = ("max_completion", "no_4bit", "dry_run")
 
 
 @dataclass
-class ScriptArguments:
-    """The script's own flags; every GRPOConfig and ModelConfig field is also accepted."""
+class RunArguments:
+    """The flags both stages take (grpo_train.py, sft_train.py); every field of the stage's TRL config and of
+    ModelConfig is also accepted."""
 
     profile: str = field(
         default="auto",
@@ -89,6 +90,34 @@ class ScriptArguments:
         },
     )
     train_rows: int = field(default=2000, metadata={"help": "game states to build when no dataset file is given"})
+    game_eval_steps: int = field(
+        default=0,
+        metadata={
+            "help": "every N steps, play game_eval_games validation secrets greedily, from its own opening and a "
+            "random one: the learning curve (0: never)"
+        },
+    )
+    game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
+    torch_threads: int = field(
+        default=0,
+        metadata={"help": "CPU threads for torch (0: torch's default, one per core); 1 is fastest for tiny models"},
+    )
+    mps_empty_cache_steps: int = field(
+        default=0, metadata={"help": "on MPS, synchronize and empty the cache every N steps (0: never)"}
+    )
+
+
+@dataclass
+class ScriptArguments(RunArguments):
+    """grpo_train.py's own flags; every GRPOConfig and ModelConfig field is also accepted."""
+
+    adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "start from this LoRA adapter (sft_train.py's output_dir), trained on: GRPO continues it, and with "
+            "beta > 0 it is the reference; the LoRA settings are the adapter's"
+        },
+    )
     secrets: str = field(
         default="all",
         metadata={
@@ -128,21 +157,6 @@ class ScriptArguments:
             "learns to read feedback, not to follow its opening)"
         },
     )
-    game_eval_steps: int = field(
-        default=0,
-        metadata={
-            "help": "every N steps, play game_eval_games validation secrets greedily, from its own opening and a "
-            "random one: the learning curve (0: never)"
-        },
-    )
-    game_eval_games: int = field(default=50, metadata={"help": "games per set of that periodic check"})
-    torch_threads: int = field(
-        default=0,
-        metadata={"help": "CPU threads for torch (0: torch's default, one per core); 1 is fastest for tiny models"},
-    )
-    mps_empty_cache_steps: int = field(
-        default=0, metadata={"help": "on MPS, synchronize and empty the cache every N steps (0: never)"}
-    )
     skip_eval: bool = field(default=False, metadata={"help": "skip the full-game evaluation before and after training"})
     eval_games: int = field(
         default=300,
@@ -178,3 +192,23 @@ class ScriptArguments:
             self.rollout = Rollout(self.rollout)
         except ValueError:
             raise unknown("rollout", str(self.rollout), [r.value for r in Rollout], "--rollout") from None
+
+
+@dataclass
+class SFTArguments(RunArguments):
+    """sft_train.py's own flags; every SFTConfig and ModelConfig field is also accepted."""
+
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "the supervised rows: a directory of .parquet or .jsonl files in TRL's prompt/completion format, "
+            "loaded if it exists, else built there (default: built into OUTPUT_DIR/sft_data)"
+        },
+    )
+    max_completion_length: int = field(
+        default=128,
+        metadata={
+            "help": "the GRPO stage's reply limit in tokens, end-of-turn included: the rows' replies are written to fit "
+            "it (--max-completion sets it)"
+        },
+    )

@@ -8,6 +8,7 @@ in the order ``settings.config.resolve`` calls them: the script's own flags firs
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tempfile
@@ -18,7 +19,7 @@ from trl import GRPOConfig
 
 from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
 from runtime import device as devices
-from settings.arguments import MERGE_DTYPES, SLOTS, ScriptArguments
+from settings.arguments import MERGE_DTYPES, SLOTS, TINY, RunArguments, ScriptArguments
 from settings.errors import ConfigError, unknown
 from settings.launch import launch_problem
 from wordle.completion import guess_regex
@@ -69,9 +70,13 @@ _AT_LEAST = (
 )
 
 
-def check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any]) -> None:
+def check_ranges(
+    script: RunArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], budget: dict[str, Any] | None = None
+) -> None:
+    """Every value below its least is a typo, caught before anything runs. ``budget``: where the reply limit lives
+    (the GRPO config's ``max_completion_length``, or the supervised stage's own)."""
     for name, low, unit in _AT_LEAST:
-        value = train_kw.get(name)
+        value = (budget if name == "max_completion_length" and budget is not None else train_kw).get(name)
         if value is not None and value < low:
             rollback = name == "max_completion_length" and script.max_completion is not None
             flag = "--max-completion" if rollback else f"--{name}"
@@ -85,21 +90,10 @@ def check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: di
         raise ConfigError(f"--lora_r must be at least 1, got {model_kw['lora_r']}")
     if script.train_rows < 1:
         raise ConfigError(f"--train_rows must be at least 1, got {script.train_rows}")
-    if not 0 <= script.explore <= 1:
-        raise ConfigError(f"--explore is a share of guesses, between 0 and 1; got {script.explore}")
     if script.torch_threads < 0 or script.mps_empty_cache_steps < 0:
         raise ConfigError("--torch_threads and --mps_empty_cache_steps must be 0 (off) or more")
-    if not 1 <= script.eval_games <= 300:
-        raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
     if script.game_eval_steps < 0:
         raise ConfigError(f"--game_eval_steps must be 0 (off) or more, got {script.game_eval_steps}")
-    if not 0 <= script.game_openings <= 1:
-        raise ConfigError(f"--game_openings is a share of start states, between 0 and 1; got {script.game_openings}")
-    for spec in script.eval_openings:
-        try:
-            Opening.parse(spec)
-        except ValueError as exc:
-            raise ConfigError(f"--eval_openings: {exc}") from None
     n_val = len(train_secrets("val"))  # the check plays at most every validation secret
     if not 1 <= script.game_eval_games <= n_val:
         raise ConfigError(
@@ -109,16 +103,37 @@ def check_ranges(script: ScriptArguments, train_kw: dict[str, Any], model_kw: di
         raise ConfigError("--merge merges a LoRA adapter; with --use_peft false the output is already a whole model")
     if script.merge_dtype not in MERGE_DTYPES:
         raise ConfigError(f"unknown --merge_dtype {script.merge_dtype!r}; valid: {', '.join(MERGE_DTYPES)}")
+    if isinstance(script, ScriptArguments):
+        _check_grpo_ranges(script)
+
+
+def _check_grpo_ranges(script: ScriptArguments) -> None:
+    if not 0 <= script.explore <= 1:
+        raise ConfigError(f"--explore is a share of guesses, between 0 and 1; got {script.explore}")
+    if not 1 <= script.eval_games <= 300:
+        raise ConfigError(f"--eval_games must be between 1 and 300 (the held-out secrets), got {script.eval_games}")
+    if not 0 <= script.game_openings <= 1:
+        raise ConfigError(f"--game_openings is a share of start states, between 0 and 1; got {script.game_openings}")
+    for spec in script.eval_openings:
+        try:
+            Opening.parse(spec)
+        except ValueError as exc:
+            raise ConfigError(f"--eval_openings: {exc}") from None
 
 
 def apply_script_flags(
-    script: ScriptArguments, train_kw: dict[str, Any], model_kw: dict[str, Any], notes: list[str]
+    script: RunArguments,
+    train_kw: dict[str, Any],
+    model_kw: dict[str, Any],
+    notes: list[str],
+    budget: dict[str, Any] | None = None,
 ) -> None:
-    """The script's own flags, applied last so they win over every layer."""
+    """The script's own flags, applied last so they win over every layer. ``budget``: the arguments that hold the
+    reply limit (the GRPO config's, or the supervised stage's own)."""
     if script.model is not None:
         model_kw["model_name_or_path"] = script.model
     if script.max_completion is not None:
-        train_kw["max_completion_length"] = script.max_completion
+        (train_kw if budget is None else budget)["max_completion_length"] = script.max_completion
         notes.append(f"--max-completion {script.max_completion}: max_completion_length = {script.max_completion}")
     if script.world_size is not None:
         if not script.dry_run:
@@ -135,6 +150,91 @@ def apply_script_flags(
         if "8bit" in str(train_kw.get("optim", "")):
             notes.append(f"--no-4bit: optimizer {train_kw['optim']} needs bitsandbytes, using adamw_torch")
             train_kw["optim"] = "adamw_torch"
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+# ModelConfig's LoRA fields and the adapter_config.json keys they become.
+LORA_KEYS = {
+    "lora_r": "r",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "lora_target_modules": "target_modules",
+    "use_rslora": "use_rslora",
+}
+
+
+def read_adapter_config(adapter: str) -> dict[str, Any]:
+    """``--adapter``'s adapter_config.json; ConfigError when the directory is no LoRA adapter."""
+    path = Path(adapter).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"--adapter {adapter} does not exist: pass the output_dir of sft_train.py")
+    config_file = path / ADAPTER_CONFIG
+    if not config_file.is_file():
+        raise ConfigError(f"--adapter {adapter} has no {ADAPTER_CONFIG}: it is not a LoRA adapter")
+    try:
+        config = json.loads(config_file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{config_file} is not valid JSON: a damaged copy or an unfinished save?") from None
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        raise ConfigError(f"--adapter {adapter} holds a {config.get('peft_type')} adapter, not a LoRA")
+    return config
+
+
+def _as_set(value: Any) -> set[str]:
+    return {value} if isinstance(value, str) else set(value or ())
+
+
+def _same(key: str, asked: Any, saved: Any) -> bool:
+    if key == "lora_target_modules":
+        return _as_set(asked) == _as_set(saved)
+    if isinstance(saved, float) or isinstance(asked, float):
+        return math.isclose(float(asked or 0), float(saved or 0))
+    return asked == saved
+
+
+def continue_adapter(
+    script: ScriptArguments, model_kw: dict[str, Any], notes: list[str], flags: frozenset[str], given: frozenset[str]
+) -> None:
+    """``--adapter DIR``: GRPO continues a LoRA adapter (sft_train.py's), so the LoRA settings are the adapter's. A LoRA
+    flag given on the command line that contradicts the adapter is refused; the profile's and --config's values give
+    way, with a note. The supervised stage learnt from the ``sft`` secrets: GRPO plays ``rl`` unless told otherwise,
+    as the embedded model does, and for the same reason (wordle/words.py)."""
+    if script.adapter is None:
+        return
+    config = read_adapter_config(script.adapter)
+    if not model_kw.get("use_peft"):
+        if "use_peft" in flags:
+            raise ConfigError(
+                "--adapter continues a LoRA adapter and --use_peft false trains the whole model: drop one"
+            )
+        model_kw["use_peft"] = True
+    for key, saved in LORA_KEYS.items():
+        value = config.get(saved)
+        if key in flags and not _same(key, model_kw.get(key), value):
+            shown = ",".join(sorted(value)) if key == "lora_target_modules" else value
+            asked = model_kw.get(key)
+            asked = ",".join(asked) if isinstance(asked, (list, tuple)) else asked
+            raise ConfigError(
+                f"--{key} {asked} contradicts the adapter in {script.adapter} ({saved} {shown}): drop --{key}, GRPO "
+                "continues the adapter as it was trained"
+            )
+        model_kw[key] = sorted(value) if key == "lora_target_modules" else value
+    notes.append(
+        f"--adapter {script.adapter}: GRPO continues its LoRA (r {config['r']}, alpha {config['lora_alpha']}, "
+        f"{', '.join(sorted(config['target_modules']))}); the profile's LoRA settings give way"
+    )
+    if script.secrets == "all" and "secrets" not in given:
+        script.secrets = "rl"
+        notes.append("--adapter: GRPO plays the rl secrets, which the supervised stage never saw (wordle/words.py)")
+
+
+def supervised(script: RunArguments, model_kw: dict[str, Any]) -> None:
+    """What the supervised stage needs: a model whose tokenizer can write the teacher's think."""
+    if model_kw.get("model_name_or_path") == TINY:
+        raise ConfigError(
+            "the embedded model has its own supervised build (python -m tinymodel), and its tokenizer cannot write "
+            "the teacher's think: pass --model PATH or a hub id"
+        )
 
 
 def old_names(argv: list[str], values: dict[str, Any], train_kw: dict[str, Any], notes: list[str]) -> None:
@@ -237,7 +337,7 @@ def choose_rewards(
         )
 
 
-def check_launch(script: ScriptArguments, train_kw: dict[str, Any]) -> None:
+def check_launch(script: RunArguments, train_kw: dict[str, Any]) -> None:
     """How the run was launched (torchrun, accelerate launch) and sharded (DeepSpeed, FSDP): one line
     now for what would otherwise run other than asked, or fail after the model loaded."""
     if isinstance(train_kw.get("fsdp"), str) and train_kw["fsdp"].lower() in ("true", "false"):
@@ -249,7 +349,7 @@ def check_launch(script: ScriptArguments, train_kw: dict[str, Any]) -> None:
 
 
 def check_device(
-    script: ScriptArguments,
+    script: RunArguments,
     train_kw: dict[str, Any],
     model_kw: dict[str, Any],
     notes: list[str],

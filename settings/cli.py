@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
+
+import transformers
+from rich.console import Console
+from rich.logging import RichHandler
 
 from settings.errors import ConfigError, Stopped, disk_full_line, is_disk_full
 
@@ -129,3 +135,12 @@ def run_cli(body: Callable[[], object], then: str = "rerun with --resume") -> in
         print(f"error: {disk_full_line(exc, None, then)}", file=sys.stderr)
         return 2
     return 0
+
+
+def setup_logging() -> None:
+    # Logs go to stderr: stdout holds only what a run produces (the --dry-run YAML, the results table).
+    handler = RichHandler(console=Console(stderr=True), show_path=False)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
+    transformers.utils.logging.set_verbosity_warning()
+    # Deprecations inside transformers/TRL that this project cannot act on, named one by one.
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
-from trl import GRPOConfig, ModelConfig, TrlParser
+from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
 from runtime import device as devices
 from settings import arguments, checks
-from settings.arguments import TINY, ScriptArguments, available_profiles
+from settings.arguments import TINY, RunArguments, ScriptArguments, SFTArguments, available_profiles
 from settings.checks import HAS_NEW_CHECKPOINTING, NEW_CHECKPOINTING
 from settings.cli import NO_PROFILE, HelpDefaults
 from settings.errors import ConfigError, unknown
@@ -37,14 +37,45 @@ logger = logging.getLogger(__name__)
 EMBEDDED_SECTION = "tiny"
 
 
+class Stage(NamedTuple):
+    """A training stage: its entry script, its arguments and TRL config, and the profile section of its own settings
+    (the supervised warm start differs from GRPO in learning rate, batch and length of training)."""
+
+    name: str
+    entry: str
+    script: type
+    config: type
+    section: str | None
+
+    def dataclasses(self) -> tuple[type, ...]:
+        return (self.script, self.config, ModelConfig)
+
+    def field_names(self) -> set[str]:
+        return {f.name for dc in self.dataclasses() for f in dataclasses.fields(dc) if f.init}
+
+
+GRPO = Stage("grpo", "grpo_train.py", ScriptArguments, GRPOConfig, None)
+SFT = Stage("sft", "sft_train.py", SFTArguments, SFTConfig, "sft")
+STAGES = (GRPO, SFT)
+SECTIONS = (EMBEDDED_SECTION, SFT.section)
+
+
 @dataclass
 class Resolved:
-    script: ScriptArguments
-    training: GRPOConfig
+    script: RunArguments  # the stage's: ScriptArguments or SFTArguments
+    training: GRPOConfig | SFTConfig
     model: ModelConfig
     notes: list[str]
     changed: dict[str, dict[str, Any]]  # per dataclass, the fields set to something other than the default
     argv: list[str] = field(default_factory=list)  # the command line it was resolved from
+    stage: Stage = GRPO
+
+    @property
+    def reply_budget(self) -> int:
+        """The GRPO stage's reply limit in tokens: the one the supervised rows are written to fit."""
+        if self.stage is SFT:
+            return self.script.max_completion_length
+        return self.training.max_completion_length
 
     @property
     def quantized(self) -> bool:
@@ -53,7 +84,7 @@ class Resolved:
     @property
     def decoding(self) -> Decoding:
         """How the run's evaluation and held-out check play: greedy, with the training reply limit."""
-        return Decoding(max_new_tokens=self.training.max_completion_length, seed=self.training.seed)
+        return Decoding(max_new_tokens=self.reply_budget, seed=self.training.seed)
 
     @property
     def weights(self) -> dict[str, float]:
@@ -61,12 +92,10 @@ class Resolved:
         return dict(zip(self.script.rewards, self.training.reward_weights, strict=True))
 
 
-def _dataclasses() -> tuple[type, ...]:
-    return (ScriptArguments, GRPOConfig, ModelConfig)
-
-
-def _field_names() -> list[str]:
-    names = {f.name for dc in _dataclasses() for f in dataclasses.fields(dc) if f.init}
+def _field_names(stage: Stage | None = None) -> list[str]:
+    """The keys a file or the command line may set: the stage's, or either stage's (a profile or a --config file
+    serves both)."""
+    names = set().union(*(s.field_names() for s in ([stage] if stage else STAGES)))
     return sorted(names | {NEW_CHECKPOINTING})  # valid in a file on every supported transformers
 
 
@@ -84,9 +113,10 @@ def _read_yaml(path: Path, what: str, sections: tuple[str, ...] = ()) -> dict[st
         if key in sections:
             if not isinstance(value, dict):
                 raise ConfigError(f"{what} {path}: {key} must be a mapping of field: value")
-            nested = next((k for k in value if k not in valid), None)
+            allowed = _field_names(SFT) if key == SFT.section else valid
+            nested = next((k for k in value if k not in allowed), None)
             if nested is not None:
-                raise unknown("key", f"{key}.{nested}", valid, str(path), "see python grpo_train.py --help-all")
+                raise unknown("key", f"{key}.{nested}", allowed, str(path), "see python grpo_train.py --help-all")
         elif key not in valid:
             raise unknown("key", str(key), valid, str(path), "see python grpo_train.py --help-all")
     return data
@@ -96,7 +126,7 @@ def load_profile(name: str) -> dict[str, Any]:
     names = available_profiles()
     if name not in names:
         raise unknown("profile", name, ["auto", *names], "--profile")
-    return _read_yaml(arguments.PROFILES_DIR / f"{name}.yaml", "profile", sections=(EMBEDDED_SECTION,))
+    return _read_yaml(arguments.PROFILES_DIR / f"{name}.yaml", "profile", sections=SECTIONS)
 
 
 class _Parser(TrlParser):
@@ -114,11 +144,11 @@ class _Parser(TrlParser):
         super()._check_value(action, value)
 
 
-def make_parser(defaults: HelpDefaults | None = None) -> TrlParser:
-    """The parser of every field. With ``defaults`` (for ``--help-all``) its defaults are a profile's, and
-    its help says so, as ``--help`` does."""
+def make_parser(defaults: HelpDefaults | None = None, stage: Stage = GRPO) -> TrlParser:
+    """The parser of every field of ``stage``. With ``defaults`` (for ``--help-all``) its defaults are a profile's,
+    and its help says so, as ``--help`` does."""
     formatter = functools.partial(_HelpFormatter, defaults=defaults)
-    parser = _Parser(_dataclasses(), formatter_class=formatter)
+    parser = _Parser(stage.dataclasses(), formatter_class=formatter)
     parser.add_argument("--config", help="YAML file layered between the profile and the command line")
     for action in parser._actions:  # the one spelling the docs use comes first: the usage line and errors show it
         if action.dest in arguments.DASHED:
@@ -128,9 +158,9 @@ def make_parser(defaults: HelpDefaults | None = None) -> TrlParser:
     return parser
 
 
-def help_defaults(argv: list[str]) -> HelpDefaults:
+def help_defaults(argv: list[str], stage: Stage = GRPO) -> HelpDefaults:
     """What a run with ``argv`` would start from: the layers of ``resolve``, before the command line's own values."""
-    layers = _layers(_pre_parse(argv), [])
+    layers = _layers(_pre_parse(argv), [], stage)
     keys = set(layers.from_profile)
     values = {k: v for k, v in layers.values.items() if k != "profile"}  # --profile's default stays auto, said above
     for flag, field_name in (("model", "model_name_or_path"), ("max_completion", "max_completion_length")):
@@ -141,6 +171,7 @@ def help_defaults(argv: list[str]) -> HelpDefaults:
     header = (
         f"Defaults are profile {layers.profile}'s{auto}"
         + (", with its settings for the embedded model" if layers.embedded else "")
+        + (f", with its {stage.section}: section" if stage.section else "")
         + "; --profile NAME --help shows another's."
     )
     return HelpDefaults(layers.profile, values, keys, header)
@@ -192,8 +223,9 @@ class _Layers(NamedTuple):
     device: str | None  # the device the profile itself names (--device and --config may name another)
 
 
-def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
-    """The profile's values, its embedded-model section when the model is the embedded one, then --config."""
+def _layers(known: argparse.Namespace, notes: list[str], stage: Stage = GRPO) -> _Layers:
+    """The profile's values, its embedded-model section when the model is the embedded one (GRPO), or its section
+    for the stage (``sft:``), then --config; only the keys the stage has."""
     profile, detected = known.profile, None
     if profile == "auto":
         profile, detected = devices.detect()
@@ -201,11 +233,11 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
     values = load_profile(profile)
     device = values.get("device")
     embedded = values.pop(EMBEDDED_SECTION, {})
+    own = values.pop(SFT.section, {})
     config = _read_yaml(Path(known.config), "config file") if known.config else {}
     model = known.model or config.get("model") or config.get("model_name_or_path") or values["model_name_or_path"]
-    applies = bool(embedded) and model == TINY
-    from_profile = set(values) | (set(embedded) if applies else set())
-    if embedded:
+    applies = bool(embedded) and model == TINY and stage is GRPO
+    if embedded and stage is GRPO:
         summary = ", ".join(f"{k} {plain(v)}" for k, v in embedded.items())
         if applies:
             values.update(embedded)
@@ -218,16 +250,32 @@ def _layers(known: argparse.Namespace, notes: list[str]) -> _Layers:
             notes.append(
                 f"model {model} is not the embedded model: the profile's settings tuned for it do not apply ({summary})"
             )
-    values.update(config)
+    if stage.section:
+        values.update(own)
+        if own:
+            notes.append(
+                f"the profile's {stage.section}: settings apply, under --config and the command line "
+                f"({', '.join(f'{k} {plain(v)}' for k, v in own.items())})"
+            )
+    # A profile serves both stages: the keys of the other one's are not this stage's business.
+    mine = stage.field_names() | {NEW_CHECKPOINTING}
+    values = {k: v for k, v in values.items() if k in mine}
+    others = sorted(k for k in config if k not in mine)
+    if others:
+        notes.append(f"--config {known.config}: {', '.join(others)} are not {stage.entry} settings, left out")
+    from_profile = set(values)
+    values.update({k: v for k, v in config.items() if k in mine})
     values["profile"] = profile
     if not HAS_NEW_CHECKPOINTING and NEW_CHECKPOINTING in values:
         values.setdefault("gradient_checkpointing", values.pop(NEW_CHECKPOINTING))
     return _Layers(profile, values, from_profile, detected, applies, device)
 
 
-def _parse(argv: list[str], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _parse(
+    argv: list[str], values: dict[str, Any], stage: Stage = GRPO
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The command line over the layered values, split per dataclass."""
-    parser = make_parser()
+    parser = make_parser(stage=stage)
     parser.set_defaults_with_config(**values)
     namespace, leftover = parser.parse_known_args(argv)
     if leftover:
@@ -237,16 +285,16 @@ def _parse(argv: list[str], values: dict[str, Any]) -> tuple[dict[str, Any], dic
                 f"unexpected value {leftover[0]!r} on the command line (the option before it takes one value)"
             )
         name = flags[0].split("=")[0].lstrip("-").replace("-", "_")
-        valid = [f"--{n}" for n in ["config", *_field_names()]]
-        raise unknown("option", f"--{name}", valid, "the command line", "see python grpo_train.py --help-all")
+        valid = [f"--{n}" for n in ["config", *_field_names(stage)]]
+        raise unknown("option", f"--{name}", valid, "the command line", f"see python {stage.entry} --help-all")
     raw = vars(namespace)
     script_kw, train_kw, model_kw = (
-        {f.name: raw[f.name] for f in dataclasses.fields(dc) if f.init and f.name in raw} for dc in _dataclasses()
+        {f.name: raw[f.name] for f in dataclasses.fields(dc) if f.init and f.name in raw} for dc in stage.dataclasses()
     )
     return script_kw, train_kw, model_kw
 
 
-def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
+def resolve(argv: list[str], *, check_device: bool = True, stage: Stage = GRPO) -> Resolved:
     """Profile, then --config, then the command line, then the script's flags; see the module docstring.
 
     ``check_device=False`` (what ``--dry-run`` uses) resolves a profile for a device this machine
@@ -254,31 +302,40 @@ def resolve(argv: list[str], *, check_device: bool = True) -> Resolved:
     """
     known = _pre_parse(argv)
     notes: list[str] = []
-    layers = _layers(known, notes)
+    layers = _layers(known, notes, stage)
     profile, values = layers.profile, layers.values
-    script_kw, train_kw, model_kw = _parse(argv, values)
+    script_kw, train_kw, model_kw = _parse(argv, values, stage)
     script_kw["profile"] = profile  # the resolved name, not "auto"
-    script = _construct(ScriptArguments, script_kw, "script")
+    script = _construct(stage.script, script_kw, "script")
     if script.device not in devices.DEVICES:
         raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")
-    checks.apply_script_flags(script, train_kw, model_kw, notes)
-    checks.old_names(argv, values, train_kw, notes)
-    checks.check_ranges(script, train_kw, model_kw)
-    checks.constrain_vllm(script, train_kw, notes)
-    checks.vllm_on_device(script, train_kw, model_kw, notes)
-    checks.merged_generation(script, train_kw, model_kw)
     flags = frozenset(a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--"))
+    budget = train_kw if stage is GRPO else script_kw  # where the reply limit lives
+    checks.apply_script_flags(script, train_kw, model_kw, notes, budget)
+    if stage is SFT:
+        script.max_completion_length = script_kw["max_completion_length"]
+    checks.old_names(argv, values, train_kw, notes)
+    checks.check_ranges(script, train_kw, model_kw, budget)
     given = frozenset(values) | flags
-    checks.choose_rewards(script, train_kw, notes, given)
-    trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
-    if script.secrets not in trainable:
-        raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")
+    if stage is GRPO:
+        checks.continue_adapter(script, model_kw, notes, flags, given)
+        checks.constrain_vllm(script, train_kw, notes)
+        checks.vllm_on_device(script, train_kw, model_kw, notes)
+        checks.merged_generation(script, train_kw, model_kw)
+        checks.choose_rewards(script, train_kw, notes, given)
+        trainable = [part for part in TRAIN_PARTS if part != "val"]  # val chooses settings: no run trains on it
+        if script.secrets not in trainable:
+            raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")
+    else:
+        checks.supervised(script, model_kw)
     checks.check_launch(script, train_kw)
     check = check_device and not known.dry_run
     present = checks.check_device(script, train_kw, model_kw, notes, check, flags, layers.device)
-    training, model, precision = _construct_configs(train_kw, model_kw, present, script.world_size)
-    changed = _changed(script_kw, train_kw, model_kw, precision)
-    return Resolved(script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv))
+    training, model, precision = _construct_configs(stage, train_kw, model_kw, present, script.world_size)
+    changed = _changed(stage, script_kw, train_kw, model_kw, precision)
+    return Resolved(
+        script=script, training=training, model=model, notes=notes, changed=changed, argv=list(argv), stage=stage
+    )
 
 
 class _PreviewGRPOConfig(GRPOConfig):
@@ -293,9 +350,9 @@ class _PreviewGRPOConfig(GRPOConfig):
 
 
 def _construct_configs(
-    train_kw: dict[str, Any], model_kw: dict[str, Any], present: bool, preview_world: int | None = None
-) -> tuple[GRPOConfig, ModelConfig, dict[str, Any]]:
-    """TRL's GRPOConfig and ModelConfig, and the precision flags as asked for.
+    stage: Stage, train_kw: dict[str, Any], model_kw: dict[str, Any], present: bool, preview_world: int | None = None
+) -> tuple[GRPOConfig | SFTConfig, ModelConfig, dict[str, Any]]:
+    """TRL's config of the stage and ModelConfig, and the precision flags as asked for.
 
     transformers validates bf16/fp16 against this machine when the config is built; a dry run
     for another device builds it without them and puts them back afterwards.
@@ -303,8 +360,8 @@ def _construct_configs(
     precision = {k: train_kw.get(k) for k in ("bf16", "fp16")}
     if not present:
         train_kw.update(bf16=False, fp16=False)
-    cls: type[GRPOConfig] = GRPOConfig
-    if preview_world:
+    cls: type = stage.config
+    if preview_world and stage is GRPO:
         cls = type("GRPOConfig", (_PreviewGRPOConfig,), {"preview_world_size": preview_world})
     training = _construct(cls, train_kw, "training")
     for key, value in precision.items():
@@ -313,18 +370,23 @@ def _construct_configs(
 
 
 def _changed(
-    script_kw: dict[str, Any], train_kw: dict[str, Any], model_kw: dict[str, Any], precision: dict[str, Any]
+    stage: Stage,
+    script_kw: dict[str, Any],
+    train_kw: dict[str, Any],
+    model_kw: dict[str, Any],
+    precision: dict[str, Any],
 ) -> dict[str, dict[str, Any]]:
     """Every field that differs from what argparse yields with no profile, config or flags (TRL's defaults)."""
-    baseline = vars(make_parser().parse_known_args([])[0])
+    baseline = vars(make_parser(stage=stage).parse_known_args([])[0])
+    config = f"{stage.name}_config"
     changed = {
         name: {k: plain(v) for k, v in kw.items() if plain(v) != plain(baseline.get(k))}
-        for name, kw in (("script", script_kw), ("grpo_config", train_kw), ("model_config", model_kw))
+        for name, kw in (("script", script_kw), (config, train_kw), ("model_config", model_kw))
     }
-    changed["grpo_config"].update({k: v for k, v in precision.items() if v is not None})
-    if "vllm_structured_outputs_regex" in changed["grpo_config"]:  # 80 kB of words: summarised, not printed
-        regex = changed["grpo_config"]["vllm_structured_outputs_regex"]
-        changed["grpo_config"]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
+    changed[config].update({k: v for k, v in precision.items() if v is not None})
+    if "vllm_structured_outputs_regex" in changed[config]:  # 80 kB of words: summarised, not printed
+        regex = changed[config]["vllm_structured_outputs_regex"]
+        changed[config]["vllm_structured_outputs_regex"] = f"<{len(regex)}-character regex of guesses>"
     return changed
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from settings.arguments import ScriptArguments
+from settings.arguments import RunArguments
 
 # What an accelerate launch tells the processes it starts.
 ACCELERATE_CPU, ACCELERATE_FSDP, ACCELERATE_DEEPSPEED = (
@@ -27,14 +27,14 @@ WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_W
 # games for as many turns as they last, so the processes would wait on each other: (whether the run
 # plays such games, which, how to turn them off).
 SHARDED_GAMES = (
-    (lambda s: not s.skip_eval, "the games before and after training", "pass --skip_eval true"),
+    (lambda s: not getattr(s, "skip_eval", True), "the games before and after training", "pass --skip_eval true"),
     (lambda s: s.game_eval_steps > 0, "the held-out check's games", "pass --game_eval_steps 0"),
-    (lambda s: s.rollout.plays_games, "--rollout game's games", "use --rollout turn"),
+    (lambda s: getattr(s, "rollout", None) and s.rollout.plays_games, "--rollout game's games", "use --rollout turn"),
 )
 
 
 def launch_problem(
-    script: ScriptArguments, train_kw: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    script: RunArguments, train_kw: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> str | None:
     """Why this launch would not run as asked, in one line for the user; None when it would.
 
@@ -77,7 +77,7 @@ def launch_problem(
                 f"{sharded} cannot play {games} (each process plays its own, and every forward pass of sharded "
                 f"weights waits for all): {fix}, or use ZeRO-2"
             )
-    if script.merged_generation:
+    if getattr(script, "merged_generation", False):
         return (
             f"{sharded} shards the weights, and --merged_generation copies them whole on each process: "
             "drop --merged_generation, or use ZeRO-2"

@@ -8,6 +8,7 @@ from TRL's defaults; ``to_yaml()`` is what ``wordle_grpo_config.yaml`` holds, an
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -16,19 +17,19 @@ from trl import GRPOConfig
 from runtime import device as devices
 from runtime import distributed
 from settings.arguments import SLOTS, TINY, ScriptArguments
-from settings.config import Resolved, plain
+from settings.config import SFT, Resolved, plain
+from wordle import EVAL_SIZE
 from wordle.openings import Opening
+
+# How evaluate.py --adapter plays a supervised adapter: from every opening the rows came from.
+SFT_OPENINGS = ("own", "answer", "allowed", "answer:2")
 
 
 def precision(training: GRPOConfig) -> str:
     return "bf16 mixed" if training.bf16 else "fp16 mixed" if training.fp16 else "fp32"
 
 
-def summary(resolved: Resolved) -> dict[str, Any]:
-    """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
-    s, t, m = resolved.script, resolved.training, resolved.model
-    record = distributed.processes_record(t)  # a --dry-run --world_size N config counts N processes
-    world, completions = record["processes"], record["effective_batch"]
+def _quantization(m) -> Any:
     quant: Any = "none"
     if m.load_in_4bit:
         quant = {
@@ -40,28 +41,47 @@ def summary(resolved: Resolved) -> dict[str, Any]:
         }
     elif m.load_in_8bit:
         quant = {"bits": 8, "library": "bitsandbytes"}
-    model_name = m.model_name_or_path
+    return quant
+
+
+def _common(resolved: Resolved) -> dict[str, Any]:
+    """What both stages say first: profile, device, model, precision, quantization and LoRA."""
+    s, t, m = resolved.script, resolved.training, resolved.model
     return {
+        "stage": resolved.stage.name,
         "profile": s.profile,
         "device": {"target": s.device, "present": devices.has_device(s.device)},
         "model": {
-            "name_or_path": model_name,
-            "embedded": model_name == TINY,
+            "name_or_path": m.model_name_or_path,
+            "embedded": m.model_name_or_path == TINY,
             "dtype": m.dtype,
             "trust_remote_code": t.trust_remote_code,
         },
         "precision": precision(t),
-        "quantization": quant,
+        "quantization": _quantization(m),
         "lora": (
             {
                 "r": m.lora_r,
                 "alpha": m.lora_alpha,
                 "dropout": m.lora_dropout,
                 "target_modules": m.lora_target_modules,
+                **({"continues": s.adapter} if getattr(s, "adapter", None) else {}),
             }
             if m.use_peft
             else "off (full fine-tuning)"
         ),
+    }
+
+
+def summary(resolved: Resolved) -> dict[str, Any]:
+    """What the run will do, in the order a reader checks it, then every field that differs from TRL."""
+    if resolved.stage is SFT:
+        return _sft_summary(resolved)
+    s, t = resolved.script, resolved.training
+    record = distributed.processes_record(t)  # a --dry-run --world_size N config counts N processes
+    world, completions = record["processes"], record["effective_batch"]
+    return {
+        **_common(resolved),
         "batch": {
             "per_device_train_batch_size": t.per_device_train_batch_size,
             "gradient_accumulation_steps": t.gradient_accumulation_steps,
@@ -84,8 +104,66 @@ def summary(resolved: Resolved) -> dict[str, Any]:
             "mps_empty_cache_steps": s.mps_empty_cache_steps,
         },
         "rewards": resolved.weights,
+        "secrets": s.secrets,
         # What evaluate.py --adapter OUTPUT_DIR reads back, so that it replays the run's own evaluation.
         "evaluation": {"before_and_after": not s.skip_eval, **eval_settings(resolved)},
+        "notes": resolved.notes,
+        **resolved.changed,
+    }
+
+
+def supervised_steps(resolved: Resolved, rows: int | None = None) -> int:
+    """The optimizer steps the supervised stage takes: ``max_steps``, or its epochs over the rows, counted as the
+    Trainer counts them (a last short batch, and a last short accumulation, are steps too)."""
+    t = resolved.training
+    if t.max_steps > 0:
+        return t.max_steps
+    world = distributed.processes_record(t)["processes"]
+    rows = resolved.script.train_rows if rows is None else rows
+    batches = math.ceil(rows / (t.per_device_train_batch_size * world))
+    return max(1, math.ceil(t.num_train_epochs * math.ceil(batches / t.gradient_accumulation_steps)))
+
+
+def _sft_summary(resolved: Resolved) -> dict[str, Any]:
+    s, t = resolved.script, resolved.training
+    world = distributed.processes_record(t)["processes"]
+    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    return {
+        **_common(resolved),
+        "batch": {
+            "per_device_train_batch_size": t.per_device_train_batch_size,
+            "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "processes": world,
+            "rows_per_step": per_step,
+        },
+        "data": {
+            "rows": s.train_rows if not s.dataset else f"those of {s.dataset}",
+            "dataset": s.dataset or f"built into {t.output_dir}/sft_data",
+            "secrets": "sft (GRPO with --adapter plays rl)",
+            "reply_budget": f"{resolved.reply_budget} tokens (the GRPO stage's max_completion_length)",
+            "loss": "on the completion alone (TRL's completion_only_loss for prompt/completion rows)",
+        },
+        "schedule": {
+            "epochs": t.num_train_epochs if t.max_steps <= 0 else None,
+            "steps": supervised_steps(resolved),
+            "learning_rate": t.learning_rate,
+            "lr_scheduler": plain(t.lr_scheduler_type),
+            "warmup_steps": t.warmup_steps,
+            "save_steps": t.save_steps,
+        },
+        "memory": {
+            "gradient_checkpointing": bool(t.gradient_checkpointing),
+            "optimizer": plain(t.optim),
+            "mps_empty_cache_steps": s.mps_empty_cache_steps,
+        },
+        "validation_games": (
+            f"every {s.game_eval_steps} steps, {s.game_eval_games} validation secrets, greedy, from its own opening "
+            "and from a random answer"
+            if s.game_eval_steps
+            else "off"
+        ),
+        "evaluation": eval_settings(resolved),
+        "next": f"python grpo_train.py --profile {s.profile} --adapter {t.output_dir}",
         "notes": resolved.notes,
         **resolved.changed,
     }
@@ -122,11 +200,12 @@ def eval_settings(resolved: Resolved) -> dict[str, Any]:
     decoding = resolved.decoding
     return {
         "model": resolved.model.model_name_or_path,
-        "games": resolved.script.eval_games,
+        "games": getattr(resolved.script, "eval_games", EVAL_SIZE),
         "decoding": decoding.describe(),
         "max_new_tokens": decoding.max_new_tokens,
         "seed": decoding.seed,
-        "openings": [Opening.parse(spec).spec for spec in resolved.script.eval_openings],
+        "openings": [Opening.parse(spec).spec for spec in getattr(resolved.script, "eval_openings", SFT_OPENINGS)],
+        **({"adapter": resolved.script.adapter} if getattr(resolved.script, "adapter", None) else {}),
     }
 
 

@@ -25,6 +25,7 @@ import pytest
 import safetensors.torch
 import torch
 from huggingface_hub import constants as hub_constants
+from trl import GRPOTrainer
 
 import evaluate as evaluate_cli
 import evaluation.run
@@ -636,7 +637,7 @@ def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
             lambda resolved: SimpleNamespace(train=_out_of_memory, add_callback=_ignore, remove_callback=_ignore),
         )
     elif kind == "diskfull":
-        monkeypatch.setattr(WordleGRPOTrainer.__mro__[1], "_save_checkpoint", _disk_full)
+        monkeypatch.setattr(GRPOTrainer, "_save_checkpoint", _disk_full)
         _reach_the_trainer(monkeypatch, _trainer_that_saves)
 
 

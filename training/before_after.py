@@ -25,7 +25,7 @@ from evaluation.report import (
     rich_table,
     write_json,
 )
-from evaluation.run import evaluate_baselines, evaluate_model, select_secrets
+from evaluation.run import evaluate_baselines, evaluate_model, select_secrets, without_adapter
 from runtime import distributed
 from settings.config import Resolved
 from settings.summary import eval_settings
@@ -68,12 +68,17 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
     if not resolved.quantized:  # quantized weights were placed on their device as they loaded
         model.to(resolved.training.device)  # where the Trainer would move it anyway
     before = _play(resolved, model, tokenizer, "before")
+    base = []
+    if resolved.script.adapter:  # the start is the adapter GRPO continues: the model without it plays too
+        with without_adapter(model) as bare:
+            base = _play(resolved, bare, tokenizer, "base")
     if not distributed.is_main():
-        return before
+        return [*before, *base]
     secrets = select_secrets(resolved.script.eval_games)
     results = []
     for mine in before:
-        results += [mine, *evaluate_baselines(secrets, resolved.training.seed, Opening.parse(mine.opening))]
+        bare = [r for r in base if r.opening == mine.opening]
+        results += [mine, *bare, *evaluate_baselines(secrets, resolved.training.seed, Opening.parse(mine.opening))]
     write_json(path, results, eval_settings(resolved))
     return results
 

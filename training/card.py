@@ -136,16 +136,20 @@ def write_model_card(
     base_model: str,
     profile: str,
     command: str,
-    rewards: dict[str, float],
+    rewards: dict[str, float] | None = None,
     steps: int,
-    eval_markdown_table: str | None,
+    eval_markdown_table: str | None = None,
+    supervised_rows: str | None = None,
 ) -> Path:
     """Write ``out_dir/README.md``, replacing TRL's generic card, and return its path.
 
     ``base_model`` is ``--model`` as the user gave it, ``rewards`` maps each reward's name to its
     weight, and ``eval_markdown_table`` is the before/after table in Markdown (None when the
-    evaluation was skipped).
+    evaluation was skipped). ``supervised_rows``: the dataset directory of a supervised warm start (sft_train.py),
+    whose card then describes that stage instead of GRPO's.
     """
+    if supervised_rows is not None:
+        return _write_sft_card(Path(out_dir), base_model, profile, command, steps, supervised_rows)
     out_dir = Path(out_dir)
     kind = base_kind(base_model)
     # The hub validates base_model as a hub id, so it is named only when it is one.
@@ -177,6 +181,41 @@ def write_model_card(
         _rewards_section(rewards),
         "## Before and after training",
         evaluation,
+        "## Load it",
+        _load_section(base_model, kind, str(out_dir)),
+    ]
+    path = out_dir / CARD
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
+
+
+def _write_sft_card(out_dir: Path, base_model: str, profile: str, command: str, steps: int, rows: str) -> Path:
+    kind = base_kind(base_model)
+    front = {**({"base_model": base_model} if kind == "hub" else {}), "library_name": "peft"}
+    front |= {"pipeline_tag": "text-generation", "tags": ["sft", "trl", "wordle", "lora"]}
+    blocks = [
+        f"---\n{yaml.safe_dump(front, sort_keys=False)}---",
+        f"# {out_dir.resolve().name}: the supervised warm start of a Wordle player",
+        (
+            f"A LoRA adapter for `{base_model}`, trained for {steps} steps of TRL's `SFTTrainer` by wordle-grpo on the "
+            "teacher's games: each prompt is a game state, each reply `<think>\\n…\\n</think>\\n\\n<guess>WORD</guess>`, "
+            "the think stating what the feedback established and the guess the answer still possible of most expected "
+            "information. It is the start GRPO continues."
+        ),
+        "## Base model",
+        _base_section(base_model, kind),
+        "## How it was made",
+        (
+            f"Profile `{profile}` (`profiles/{profile}.yaml`, its `sft:` section; the resolved configuration is "
+            f"`{CONFIG_FILE}` beside this card), with this command:\n\n```bash\n{command}\n```\n\nThe rows, with their "
+            f"own card: `{rows}`."
+        ),
+        "## Next: GRPO",
+        (
+            f"```bash\npython grpo_train.py --profile {profile} --model {shlex.quote(base_model)} --adapter "
+            f"{shlex.quote(str(out_dir))}\n```\n\nGRPO continues this adapter (with `beta > 0` it is the reference), and "
+            "its before-and-after tables play the base model, this adapter and the GRPO adapter on the same games."
+        ),
         "## Load it",
         _load_section(base_model, kind, str(out_dir)),
     ]

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from models.memory import GIB
 from runtime.device import memory_in_use, memory_limit
-from settings.config import Resolved
+from settings.config import SFT, Resolved
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,10 @@ class RollbackAdvisor(TrainerCallback):
     def for_run(cls, resolved: Resolved) -> RollbackAdvisor:
         t = resolved.training
         limit = memory_limit(resolved.script.device)
+        supervised = resolved.stage is SFT  # no generation: a smaller micro-batch is its one rung
         return cls(
-            max_completion_length=t.max_completion_length,
-            num_generations=t.num_generations,
+            max_completion_length=0 if supervised else t.max_completion_length,
+            num_generations=0 if supervised else t.num_generations,
             per_device_train_batch_size=t.per_device_train_batch_size,
             gradient_accumulation_steps=t.gradient_accumulation_steps,
             output_dir=t.output_dir,

@@ -373,8 +373,12 @@ class GameCheck:
     def __init__(self, validation: Sequence[str], decoding: Decoding, seed: int = 0) -> None:
         self.validation, self.decoding, self.seed = list(validation), decoding, seed
 
+    def player(self, trainer: Any) -> Any:
+        """Who plays: the trainer's policy, generating as its rollouts do."""
+        return PolicyPlayer(trainer, self.decoding)
+
     def __call__(self, trainer: Any) -> dict[str, float]:
-        player = PolicyPlayer(trainer, self.decoding)
+        player = self.player(trainer)
         was_training = trainer.model.training
         trainer.model.eval()
         rates: dict[str, float] = {}

@@ -11,23 +11,34 @@ import json
 import logging
 import os
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import torch
 import yaml
+from transformers import Trainer
 
 from models import memory
-from models.loading import check_bitsandbytes, damage, merge_adapter, reloadable_vllm_cpu_weights
+from models.adapter import check_adapter, fingerprint
+from models.loading import (
+    check_bitsandbytes,
+    damage,
+    find_tokenizer,
+    folds_system,
+    merge_adapter,
+    reloadable_vllm_cpu_weights,
+)
 from models.source import model_source
 from runtime import distributed
 from runtime.preemption import StopOnSignal
 from settings.arguments import CONFIG_FILE
 from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, check_cache_dir, check_writable
-from settings.config import Resolved
+from settings.config import SFT, Resolved
 from settings.errors import ConfigError, Stopped, writing
-from settings.summary import to_yaml
+from settings.summary import summary, to_yaml
 from training.card import make_adapter_config_portable
 from training.data import (
     build_rows,
@@ -39,7 +50,8 @@ from training.data import (
     save_rows,
 )
 from training.rollback import RollbackAdvisor
-from training.trainer import WordleGRPOTrainer
+from training.sft import check_sft_step
+from training.sft_data import load_sft_dataset
 from wordle import train_secrets
 
 logger = logging.getLogger(__name__)
@@ -60,15 +72,21 @@ class Plan:
 
 def plan(resolved: Resolved) -> Plan:
     """Every input checked in the order a user would fix them: the model, the libraries a setting
-    needs, the dataset, then the output directory. Raises ConfigError on the first problem."""
+    needs, the adapter to continue, the dataset, then the output directory. Raises ConfigError on the first problem."""
     script = resolved.script
     check_cache_dir()
     source = model_source(resolved.model.model_name_or_path)
     check_bitsandbytes(resolved)
+    if resolved.stage is SFT:
+        check_supervised_rows(resolved)
+        out, checkpoint, done = check_output_dir(resolved)
+        return Plan(source, out, checkpoint, None, done)
     if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             'use_vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: docs/several-gpus.md), or --use_vllm false'
         )
+    if script.adapter is not None:
+        check_adapter(script.adapter, source, resolved)
     rows = None
     if script.dataset and Path(script.dataset).exists():
         try:
@@ -81,6 +99,34 @@ def plan(resolved: Resolved) -> Plan:
     check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game, script.dataset or None)
     out, checkpoint, done = check_output_dir(resolved)
     return Plan(source, out, checkpoint, rows, done)
+
+
+def check_supervised_rows(resolved: Resolved) -> None:
+    """--dataset's supervised rows, when the directory exists: each row checked, and enough of them for a step."""
+    dataset = resolved.script.dataset
+    rows = resolved.script.train_rows
+    if dataset and Path(dataset).exists():
+        try:
+            rows = len(load_sft_dataset(dataset))
+        except ValueError as exc:
+            raise ConfigError(f"dataset {dataset}: {exc}") from None
+    check_sft_step(rows, resolved.training, f"dataset {dataset}" if dataset else "--train_rows")
+
+
+@contextmanager
+def claimed(run: Plan) -> Iterator[None]:
+    """The output directory locked for this run (a second run into it is refused), and on the way out, whatever
+    happened, unlocked; a directory the run created and left empty is removed."""
+    created = outermost_missing(run.out)  # the lock creates it and any missing parent
+    lock = distributed.OutputLock(run.out)
+    if distributed.is_main() and not lock.acquire():
+        check_not_in_use(run.out)  # raises, naming the run that took it since plan()
+    try:
+        yield
+    finally:
+        lock.release()
+        if created is not None and distributed.is_main():
+            remove_empty(run.out, created)
 
 
 def outermost_missing(out: Path) -> Path | None:
@@ -303,11 +349,29 @@ def prepare(resolved: Resolved, run: Plan) -> None:
             logger.warning(warning)
     name_the_run(resolved, resuming=run.checkpoint is not None)
     offline_wandb_unless_logged_in(resolved)
-    if resolved.training.use_vllm and resolved.script.device == "cpu":  # before vLLM starts (see settings.config)
+    if getattr(resolved.training, "use_vllm", False) and resolved.script.device == "cpu":  # before vLLM starts
         os.environ.setdefault(VLLM_CPU_KV_ENV, VLLM_CPU_KV_DEFAULT)
         reloadable_vllm_cpu_weights()
     if resolved.script.torch_threads:
         torch.set_num_threads(resolved.script.torch_threads)
+
+
+def dry_run(resolved: Resolved) -> None:
+    """The resolved configuration and the memory estimate, from config.json and the tokenizer alone: no
+    weights load or download, so a preview stays seconds and answers before a download."""
+    name = resolved.model.model_name_or_path
+    try:
+        source = model_source(name, weights=False)
+        tokenizer = find_tokenizer(source, resolved)
+    except ConfigError as err:
+        # The profiles' default model has a shape this project knows: its estimate needs no hub.
+        estimate = memory.preflight(resolved, name) if name == memory.QWEN2_5_3B_ID else {"unavailable": str(err)}
+    else:
+        if tokenizer is not None and folds_system(tokenizer):
+            resolved.notes.append("chat template: it has no system role, so the rules open the first user message")
+        estimate = memory.preflight(resolved, source, tokenizer)
+    print(to_yaml(resolved), end="")
+    print(yaml.safe_dump({"memory_estimate": estimate}, sort_keys=False, width=120), end="")
 
 
 def log_memory_estimate(resolved: Resolved, source: str, tokenizer) -> None:
@@ -333,7 +397,7 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
     return rows
 
 
-def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None) -> None:
+def fit(resolved: Resolved, trainer: Trainer, checkpoint: Path | None) -> None:
     """GRPO, resumed from ``checkpoint`` if given; running out of memory is one line that says what to lower."""
     if checkpoint is not None and trainer.state.load_from_json(str(checkpoint / TRAINER_STATE)).global_step >= (
         trainer.args.max_steps
@@ -360,7 +424,7 @@ def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None)
         trainer.remove_callback(stop)
     if stop.signal is not None:
         step, argv = trainer.state.global_step, resolved.argv
-        again = shlex.join(["python", "grpo_train.py", *argv, *([] if "--resume" in argv else ["--resume"])])
+        again = shlex.join(["python", resolved.stage.entry, *argv, *([] if "--resume" in argv else ["--resume"])])
         raise Stopped(
             f"{stop.signal.name} at step {step} of {trainer.args.max_steps}, checkpoint-{step} saved in "
             f"{trainer.args.output_dir}; to finish: {again}",
@@ -368,15 +432,18 @@ def fit(resolved: Resolved, trainer: WordleGRPOTrainer, checkpoint: Path | None)
         )
 
 
-def save(resolved: Resolved, run: Plan, trainer: WordleGRPOTrainer, tokenizer) -> None:
-    """The adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config."""
+def save(resolved: Resolved, run: Plan, trainer: Trainer, tokenizer) -> None:
+    """The adapter and tokenizer (loadable with PeftModel.from_pretrained), and the resolved config with the base
+    model's fingerprint (``grpo_train.py --adapter`` checks it)."""
     out = run.out
     trainer.save_model(str(out))  # the main process writes, the others wait
     if distributed.is_main():
         if resolved.model.use_peft:
             make_adapter_config_portable(out, resolved.model.model_name_or_path)
         tokenizer.save_pretrained(str(out))
-        (out / CONFIG_FILE).write_text(to_yaml(resolved))
+        config = summary(resolved)
+        config["model"]["fingerprint"] = fingerprint(run.source, resolved.model.model_revision)
+        (out / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=120))
         what = "LoRA adapter" if resolved.model.use_peft else "fully fine-tuned model (load it with --model)"
         logger.info("saved the %s, tokenizer and %s to %s", what, CONFIG_FILE, out)
         if resolved.script.merge:  # one full unquantized model, loaded once, after the adapter is complete

@@ -20,28 +20,26 @@ difference against a bare GRPOTrainer).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 from transformers import ProgressCallback, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
-from runtime import distributed
-from runtime.device import memory_source, peak_memory_mb
-from settings.errors import ConfigError, disk_full_reason, is_disk_full
+from runtime.device import memory_source
 from training.merged import MergedCopy
 from training.rollout import GameBatch, GameCheck, GameRollout, KeptRows, quiet_placeholder_warning
+from training.watch import RunProgress, Watched
 
 
-class WordleGRPOTrainer(GRPOTrainer):
-    """Adds ``peak_memory_mb`` to training logs, so that it reaches the log history, the progress line
-    and every ``report_to`` tracker alike (TRL already logs ``step_time``, rewards, lengths and clipping)."""
+class WordleGRPOTrainer(Watched, GRPOTrainer):
+    """TRL's GRPOTrainer, watched (``training.watch``: the peak memory in every log, whole checkpoints), with the
+    game rollout, the periodic games and the merged copy when asked (TRL already logs ``step_time``, rewards,
+    lengths and clipping)."""
 
     def __init__(
         self,
@@ -69,7 +67,7 @@ class WordleGRPOTrainer(GRPOTrainer):
         self.add_callback(self.clock)
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
-            self.add_callback(RunProgress())
+            self.add_callback(RunProgress(format_log))
         if check is not None and check_steps:
             self.add_callback(_CheckAtStart(self))
 
@@ -212,35 +210,10 @@ class WordleGRPOTrainer(GRPOTrainer):
             finally:
                 self._scoring = None
 
-    def _save_checkpoint(self, model, trial) -> None:
-        try:
-            super()._save_checkpoint(model, trial)
-        except Exception as exc:  # torch's and safetensors' writers say it in their own words (is_disk_full)
-            if not is_disk_full(exc):
-                raise
-            # Half a checkpoint: --resume would skip it, and it holds space the rerun needs. The earlier
-            # checkpoints are whole (transformers rotates them out only after a save succeeds).
-            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
-            if self.args.should_save:
-                shutil.rmtree(folder, ignore_errors=True)
-            earlier = any(folder.parent.glob("checkpoint-*/trainer_state.json"))
-            then = (
-                "the earlier ones are intact: free space, then rerun with --resume"
-                if earlier
-                else "there is no earlier one: free space, then rerun without --resume"
-            )
-            raise ConfigError(
-                f"the disk filled while saving {folder.name} in {folder.parent} ({disk_full_reason(exc)}); removed that "
-                f"half-written checkpoint, {then}"
-            ) from None
-
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            # The fullest process, on the device it trains on (use_cpu on a GPU machine measures RSS).
-            logs["peak_memory_mb"] = distributed.max_over_processes(peak_memory_mb(self.args.device.type))
-            step = self.state.global_step
-            if self.check is not None and self.check_steps and step % self.check_steps == 0:
-                logs.update(self.check(self))
+        step = self.state.global_step
+        if "loss" in logs and self.check is not None and self.check_steps and step % self.check_steps == 0:
+            logs.update(self.check(self))
         super().log(logs, start_time)
 
 
@@ -411,16 +384,3 @@ def format_log(logs: dict[str, float], step: int, max_steps: int, device: str = 
     if "peak_memory_mb" in logs:
         parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {memory_source(device)}")
     return " | ".join(parts)
-
-
-class RunProgress(ProgressCallback):
-    """transformers' progress bar, with each log written as one readable line instead of a raw dict."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or self.training_bar is None or logs is None:
-            return
-        line = format_log(logs, state.global_step, state.max_steps, args.device.type)
-        if line is None:  # the end-of-training summary: keep transformers' own rendering
-            super().on_log(args, state, control, logs=logs, **kwargs)
-        else:
-            self.training_bar.write(line)

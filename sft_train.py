@@ -1,0 +1,144 @@
+"""The supervised warm start: a LoRA trained on the teacher's games (TRL's SFTTrainer), which GRPO then continues.
+
+Every published Wordle-RL result that reports numbers warmed up on supervised games before RL. The teacher is the
+project's own (wordle/teacher.py): among the answers still possible, the one of most expected information, with a
+think that states what the feedback established, written to fit the GRPO stage's reply budget. Two commands per
+profile (profiles/NAME.yaml, its sft: section; any field can be overridden on the command line):
+
+    python sft_train.py --profile mps                              # writes outputs/mps-sft: a LoRA adapter
+    python grpo_train.py --profile mps --adapter outputs/mps-sft    # GRPO continues that adapter
+    python sft_train.py --profile cuda                             # 4-bit QLoRA: outputs/cuda-sft
+    python sft_train.py --profile mps --dry-run                    # what it would do, its memory and steps
+
+Useful flags: --max-completion 96 (thinks written for the smaller budget), --dataset DIR (rows to load, or to build
+there), --train_rows N, --use_peft false (full fine-tuning), --resume, --game_eval_steps N (validation games).
+"""
+
+from __future__ import annotations
+
+import runtime.quiet  # noqa: F401  first: it must precede any import of bitsandbytes (see its docstring)
+
+# isort: split
+import logging
+import os
+import shlex
+import sys
+
+from trl import SFTConfig
+
+from models.loading import load_model, load_tokenizer
+from runtime import distributed
+from runtime.device import MpsCacheCallback
+from settings.arguments import DASHED, SFTArguments
+from settings.cli import brief, help_requested, run_cli, setup_logging
+from settings.config import SFT, Resolved, help_defaults, make_parser, resolve
+from settings.errors import writing
+from settings.summary import to_yaml
+from training.card import PortableCheckpoints, write_model_card
+from training.data import check_reply_fits
+from training.rollback import RollbackAdvisor
+from training.run import Plan, claimed, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
+from training.sft import WordleSFTTrainer, data_dir, make_sft_trainer, supervised_rows
+
+logger = logging.getLogger("sft_train")
+
+# The SFTConfig fields that the README's commands use, shown by --help beside the script's own.
+SFT_OPTIONS = {
+    "output_dir": "where checkpoints, the adapter, the rows (sft_data/) and the resolved config are written",
+    "num_train_epochs": "passes over the rows (max_steps, when positive, decides instead)",
+    "learning_rate": "the LoRA learning rate",
+    "per_device_train_batch_size": "rows per micro-batch",
+    "gradient_accumulation_steps": "micro-batches per optimizer step",
+    "seed": "seed of the rows and the training order: a run is repeatable in it",
+    "report_to": "where to log: none, or trackio, tensorboard, wandb (several: comma-separated); docs/trackers.md",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
+    asked = []  # help reads the profile: a bad one is the same one-line error as in a run
+    code = run_cli(
+        lambda: asked.append(
+            help_requested(
+                argv,
+                __doc__,
+                SFTArguments,
+                config_line,
+                full=lambda defaults: make_parser(defaults, stage=SFT).format_help(),
+                more=brief(SFTConfig, SFT_OPTIONS),
+                defaults=lambda: help_defaults(argv, stage=SFT),
+                dashed=DASHED,
+            )
+        )
+    )
+    if code or asked[0]:
+        return code
+    setup_logging()
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> None:
+    resolved = resolve(argv, stage=SFT)
+    if resolved.script.dry_run:
+        if os.environ.get("RANK", "0") != "0":  # under torchrun: one preview, not one per process
+            return
+        dry_run(resolved)
+        return
+    distributed.setup(resolved.training)
+    run = plan(resolved)  # every input checked before anything slow runs or anything is written
+    logger.info("resolved configuration:\n%s", to_yaml(resolved))
+    train(resolved, run)
+
+
+def train(resolved: Resolved, run: Plan | None = None) -> WordleSFTTrainer | None:
+    """The stage, in order: the tokenizer, the rows, the model, SFT, saving. None when ``output_dir`` already holds
+    the finished stage (then only ``--merge`` has work to do)."""
+    if run is None:
+        distributed.setup(resolved.training)
+        run = plan(resolved)
+    if run.done:
+        logger.info("the run in %s is complete: nothing to train", run.out)
+        if resolved.script.merge and distributed.is_main():
+            merge(resolved, run)
+        return None
+    with claimed(run):
+        return _train(resolved, run)
+
+
+def _train(resolved: Resolved, run: Plan) -> WordleSFTTrainer:
+    prepare(resolved, run)
+    # The tokenizer first: the rows are written to fit the reply budget in its tokens.
+    tokenizer = load_tokenizer(run.source, resolved)
+    check_reply_fits(tokenizer, resolved.reply_budget)
+    with writing(run.out):
+        rows = supervised_rows(resolved, run.out, tokenizer, resuming=bool(run.checkpoint))
+    log_memory_estimate(resolved, run.source, tokenizer)
+    model = load_model(run.source, resolved)
+    script = resolved.script
+    callbacks = [
+        distributed.RecordProcesses(),
+        PortableCheckpoints(resolved.model.model_name_or_path),
+        RollbackAdvisor.for_run(resolved),
+        *([MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []),
+    ]
+    trainer = make_sft_trainer(resolved, model, tokenizer, rows, callbacks)
+    with writing(run.out):
+        fit(resolved, trainer, run.checkpoint)
+    with writing(run.out):
+        save(resolved, run, trainer, tokenizer)
+        if distributed.is_main() and resolved.model.use_peft:
+            write_model_card(
+                run.out,
+                base_model=resolved.model.model_name_or_path,
+                profile=script.profile,
+                command=shlex.join(["python", "sft_train.py", *resolved.argv]),
+                steps=trainer.state.global_step,
+                supervised_rows=str(data_dir(resolved, run.out)),
+            )
+    logger.info("next: python grpo_train.py --profile %s --adapter %s", script.profile, run.out)
+    return trainer
+
+
+if __name__ == "__main__":
+    sys.exit(main())

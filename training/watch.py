@@ -16,7 +16,6 @@ from runtime import distributed
 from runtime.device import peak_memory_mb
 from settings.errors import ConfigError, disk_full_reason, is_disk_full
 
-
 REFERENCE = "ref"  # the adapter name TRL gives its reference copy of a continued adapter
 
 

@@ -39,7 +39,9 @@ from wordle.completion import GUESS_CLOSE, GUESS_OPEN, THINK_CLOSE, THINK_OPEN, 
 
 _MAX_CACHED_GRAMMARS = 4096  # word lists: a run meets many candidate lists, most of them short
 _ANCHOR = ">"  # a plain one-token text in every tokenizer met so far
-_TAIL_ALPHABET = frozenset(string.ascii_letters + THINK_CLOSE + GUESS_OPEN + GUESS_CLOSE)
+# The whitespace the reply reader accepts between "</think>" and "<guess>" (str.lstrip's, in ASCII).
+_BETWEEN = " \t\n\r"
+_TAIL_ALPHABET = frozenset(string.ascii_letters + THINK_CLOSE + GUESS_OPEN + GUESS_CLOSE + _BETWEEN)
 
 
 class _State:
@@ -179,7 +181,10 @@ class Grammar:
             for ch in word[:-1]:
                 state = state.next.get(ch) or state.next.setdefault(ch, _State())
             state.next[word[-1]] = constraint.guess_close
-        self.tail = _chain(THINK_CLOSE + GUESS_OPEN, root)
+        # "</think>", any whitespace (a state that loops on it: "\n\n" is the form chat templates keep), "<guess>".
+        between = _State()
+        between.next = {ch: between for ch in _BETWEEN} | {GUESS_OPEN[0]: _chain(GUESS_OPEN[1:], root)}
+        self.tail = _chain(THINK_CLOSE, between)
         self.think = _State()  # free text loops here, outside the DAG (see allowed)
         self.start = _chain(THINK_OPEN, self.think)
         self._opened = {}  # the states inside "<think>": how many of its characters are written
@@ -204,8 +209,10 @@ class Grammar:
         return state
 
     def _settle(self, state: _State) -> float:
-        """The state's cost, after its moves' (the grammar is a DAG once the think's free text is set apart)."""
+        """The state's cost, after its moves' (the grammar is a DAG once the think's free text and the whitespace
+        after it are set apart: a move back to a state being settled costs more than any way out of it)."""
         if state.cost is None:
+            state.cost = math.inf  # while its moves are settled: a loop back here is no way out
             if state is self.think:
                 candidates = self.constraint.opening
             elif state in self._opened:

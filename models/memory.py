@@ -330,17 +330,16 @@ def longest_prompt_tokens(tokenizer) -> int:
     return len(encoded["input_ids"])
 
 
-def preflight(resolved: Resolved, source: str, tokenizer: Any = None) -> dict[str, Any]:
+def preflight(resolved: Resolved, source: str, tokenizer: Any = None, known: dict | None = None) -> dict[str, Any]:
     """The estimate for a resolved run from the model's config.json, and its tokenizer when there is one
     (else a prompt of ``ASSUMED_PROMPT_TOKENS``, said in ``assumes``): no weights are needed, so it
-    answers before a download. ``unavailable`` says why there is no estimate."""
-    remembered = False
+    answers before a download. ``unavailable`` says why there is no estimate. ``known``: the config of the
+    profiles' default model as this project knows it (``QWEN2_5_3B``), where the hub cannot be reached."""
+    remembered = source == QWEN2_5_3B_ID and known is not None
     try:
-        config = model_config(source, resolved.model.model_revision)
+        config = known if remembered else model_config(source, resolved.model.model_revision)
     except ConfigError as err:
-        if source != QWEN2_5_3B_ID or resolved.model.model_revision not in (None, "main"):
-            return {"unavailable": str(err)}
-        config, remembered = QWEN2_5_3B, True
+        return {"unavailable": str(err)}
     try:
         shape = Shape.from_config(config)
     except (KeyError, ValueError) as err:

@@ -97,7 +97,12 @@ def _prefix_of_a_reply(text: str) -> bool:
     if not text.startswith("<think>"):
         return "<think>".startswith(text)
     closing = text.find("<", len("<think>"))
-    return closing < 0 or any(f"</think><guess>{w}</guess>".startswith(text[closing:]) for w in WORDS)
+    if closing < 0:
+        return True
+    tail = text[closing:]
+    if tail.startswith("</think>"):  # any whitespace before "<guess>", as the reply reader takes it
+        tail = "</think>" + tail[len("</think>") :].lstrip(" \t\n\r")
+    return any(f"</think><guess>{w}</guess>".startswith(tail) for w in WORDS)
 
 
 @pytest.mark.parametrize(
@@ -111,14 +116,19 @@ def _prefix_of_a_reply(text: str) -> bool:
         ("tiny", "<think>x</think><guess>CRA", 20, False, {"N", "M"}),
         ("tiny", "<think>x</think><guess>", 3, False, {"CRANE", "CRAMP"}),  # no room to spell a word
         ("tiny", "<think>x</think><guess>CRANE</guess>", 20, False, {EOS}),  # complete: stop
-        ("tiny", "<think>x</think> <guess>", 20, None, None),  # off the grammar: an error, never a guess
+        ("tiny", "<think>x</think> <guess>", 20, False, {"C", "CRANE", "CRAMP"}),  # whitespace, as the reader takes
+        ("tiny", "<think>x</think>x<guess>", 20, None, None),  # off the grammar: an error, never a guess
         ("qwen", "", 20, False, {"<think>", "<", "<th"}),
         ("qwen", "<think>", 20, True, {"</think>", "<", " <", ".</"}),  # some of the tokens that close it
         ("qwen", "<think>x</think><guess>", 20, False, {"C", "CR"}),
+        # The canonical form that chat templates keep (the supervised rows'): newlines around the think, and between.
+        ("qwen", "<think>\nx\n</think>", 20, False, {"\n\n", "<", " <", "\n"}),
+        ("qwen", "<think>\nx\n</think>\n\n<guess>", 20, False, {"C", "CR"}),
         ("mistral", "", 20, False, {"<"}),  # "▁<" reads " <" inside a reply: not a reply's start
         ("mistral", "<think>", 20, True, {"</", ".</", " </", "<"}),
         ("mistral", "<think>x</think><guess>", 20, False, {"C", "CR"}),  # never "▁C", which reads " C"
-        ("mistral", "<think>x</think> <guess>", 20, None, None),
+        ("mistral", "<think>x</think>\n\n<guess>", 20, False, {"C", "CR"}),
+        ("mistral", "<think>x</think>.<guess>", 20, None, None),
     ],
 )
 def test_grammar_allows_exactly_the_tokens_that_can_finish_a_reply(

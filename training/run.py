@@ -49,6 +49,7 @@ from training.data import (
     load_rows,
     save_rows,
 )
+from training.handoff import signal_preview
 from training.rollback import RollbackAdvisor
 from training.sft import check_sft_step
 from training.sft_data import load_sft_dataset
@@ -365,13 +366,22 @@ def dry_run(resolved: Resolved) -> None:
         tokenizer = find_tokenizer(source, resolved)
     except ConfigError as err:
         # The profiles' default model has a shape this project knows: its estimate needs no hub.
-        estimate = memory.preflight(resolved, name) if name == memory.QWEN2_5_3B_ID else {"unavailable": str(err)}
+        if name == memory.QWEN2_5_3B_ID and resolved.model.model_revision in (None, "main"):
+            estimate = memory.preflight(resolved, name, known=memory.QWEN2_5_3B)
+        else:
+            estimate = {"unavailable": str(err)}
     else:
         if tokenizer is not None and folds_system(tokenizer):
             resolved.notes.append("chat template: it has no system role, so the rules open the first user message")
         estimate = memory.preflight(resolved, source, tokenizer)
     print(to_yaml(resolved), end="")
     print(yaml.safe_dump({"memory_estimate": estimate}, sort_keys=False, width=120), end="")
+    if getattr(resolved.script, "adapter", None):  # how many of GRPO's groups the warm start leaves with signal
+        try:
+            preview = signal_preview(resolved, model_source(name))
+        except ConfigError as err:
+            preview = {"unavailable": str(err)}
+        print(yaml.safe_dump({"warm_start": preview}, sort_keys=False, width=120), end="")
 
 
 def log_memory_estimate(resolved: Resolved, source: str, tokenizer) -> None:

@@ -74,8 +74,9 @@ def parse_completion(text: Any) -> str | None:
 
 def guess_regex(words: Iterable[str] | None = None) -> str:
     """A regex for a whole reply ``<think>…</think><guess>WORD</guess>``, WORD one of ``words``
-    (default: every allowed word) in upper case. The think holds no ``<``, so it cannot hold a tag."""
-    return f"{THINK_OPEN}[^<]*{THINK_CLOSE}{GUESS_OPEN}({'|'.join(listed_words(words))}){GUESS_CLOSE}"
+    (default: every allowed word) in upper case. The think holds no ``<``, so it cannot hold a tag; whitespace may
+    come between the think and the guess, as the reader takes it (the canonical form has two newlines there)."""
+    return f"{THINK_OPEN}[^<]*{THINK_CLOSE}[ \\t\\n\\r]*{GUESS_OPEN}({'|'.join(listed_words(words))}){GUESS_CLOSE}"
 
 
 def listed_words(words: Iterable[str] | None) -> list[str]:

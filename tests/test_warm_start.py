@@ -4,6 +4,7 @@ adapter trainable, the reference it is, --resume, the refusals), on the stand-in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -24,7 +25,7 @@ from settings.errors import ConfigError
 from tinymodel.stand_in import qwen_tokenizer_files
 from training.sft import make_sft_trainer
 from training.sft_data import Budget, build_sft_rows, load_sft_dataset, save_sft_dataset
-from wordle import parse_completion, render_prompt, score_guess, train_secrets
+from wordle import completion_text, parse_completion, render_prompt, score_guess, train_secrets
 from wordle.game import GameView
 
 
@@ -143,7 +144,9 @@ def test_the_labels_are_the_reply_and_the_end_of_turn_alone(qwen_dir, rows_128, 
         reply = taught.removesuffix("<|im_end|>\n")
         assert reply in by_reply and taught == f"{reply}<|im_end|>\n"  # the template's newline after it, as TRL does
         # The context is exactly the prompt the trainer and evaluate.py render.
-        prompt = tokenizer.apply_chat_template(by_reply[reply]["prompt"], add_generation_prompt=True, tokenize=True)
+        prompt = tokenizer.apply_chat_template(
+            by_reply[reply]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         shown = ids[ids != tokenizer.pad_token_id][: len(prompt)].tolist()
         assert shown == list(prompt)
 
@@ -174,13 +177,25 @@ QUICK_GRPO += ["--per_device_train_batch_size", "2", "--gradient_accumulation_st
 QUICK_GRPO += ["--skip_eval", "true", "--disable_tqdm", "true", "--seed", "3", "--temperature", "1.0"]
 
 
+def varied_reward(completions, **kwargs) -> list[float]:
+    """Any two different replies score apart: on random weights every real reward is its floor for every reply, so
+    every advantage would be 0 and no step would move the adapter."""
+    return [int(hashlib.md5(completion_text(c).encode()).hexdigest()[:6], 16) / 16**6 for c in completions]
+
+
+@pytest.fixture
+def a_gradient(monkeypatch):
+    real = grpo_train.get_reward_funcs
+    monkeypatch.setattr(grpo_train, "get_reward_funcs", lambda names: [varied_reward, *real(names)[1:]])
+
+
 def lora_of(model, adapter: str = "default") -> dict[str, torch.Tensor]:
     return {
         n.replace(f".{adapter}.", "."): p.detach().clone() for n, p in model.named_parameters() if f".{adapter}." in n
     }
 
 
-def test_grpo_continues_the_adapter_trainable_with_it_as_the_reference(qwen_dir, supervised, tmp_path):
+def test_grpo_continues_the_adapter_trainable_with_it_as_the_reference(qwen_dir, supervised, tmp_path, a_gradient):
     out = tmp_path / "grpo"
     argv = [*QUICK_GRPO, "--model", str(qwen_dir), "--adapter", str(supervised), "--beta", "0.04"]
     trainer = grpo_train.train(resolve([*argv, "--max_steps", "1", "--save_steps", "1", "--output_dir", str(out)]))
@@ -213,7 +228,7 @@ def test_grpo_continues_the_adapter_trainable_with_it_as_the_reference(qwen_dir,
         torch.testing.assert_close(value, saved[key], rtol=0, atol=0)
 
 
-def test_grpo_continues_the_adapter_on_a_4bit_base(qwen_dir, supervised, tmp_path):
+def test_grpo_continues_the_adapter_on_a_4bit_base(qwen_dir, supervised, tmp_path, a_gradient):
     argv = [*QUICK_GRPO, "--model", str(qwen_dir), "--adapter", str(supervised), "--load_in_4bit", "true"]
     trainer = grpo_train.train(resolve([*argv, "--max_steps", "1", "--output_dir", str(tmp_path / "q")]))
     start = load_file(supervised / "adapter_model.safetensors")

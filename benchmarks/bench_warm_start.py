@@ -50,7 +50,9 @@ SHAPE = QwenShape(hidden=256, layers=2, intermediate=512, heads=4, kv_heads=2)
 
 def run(script: str, *args: str) -> float:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     if done.returncode:
         sys.exit(f"{script} failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - started
@@ -70,8 +72,15 @@ def kl_to_base(model, tokenizer, rows: list[dict], temperature: float, max_new_t
     batch = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
     batch = batch.to(model.device)
     width = batch["input_ids"].shape[1]
-    out = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                         max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        **batch,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     completion = out[:, width:]
     mask = torch.ones_like(completion, dtype=torch.bool)
     for i, row in enumerate(completion.tolist()):  # up to and with the end of turn
@@ -96,7 +105,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda with a GPU (the cuda profile then)")
     parser.add_argument("--rows", type=int, default=64, help="fixed states the supervised stage learns")
     parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--learning_rate", type=float, default=5e-3, help="a stand-in's random weights need more than 2e-4")
+    parser.add_argument(
+        "--learning_rate", type=float, default=5e-3, help="a stand-in's random weights need more than 2e-4"
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lora_r", type=int, default=16)
     parser.add_argument("--curve", type=int, default=0, help="play validation games every N supervised steps")
@@ -148,20 +159,30 @@ def main() -> None:
         step = next(h for h in history_of(grpo) if "kl" in h)
 
     shape = "x".join(map(str, a.shape))
-    print(f"Stand-in Qwen2 {shape} with Qwen's tokenizer, {a.device}; {a.rows} states, {a.epochs} epochs of batch "
-          f"{a.batch} at lr {a.learning_rate:g}, LoRA r{a.lora_r}\n")
+    print(
+        f"Stand-in Qwen2 {shape} with Qwen's tokenizer, {a.device}; {a.rows} states, {a.epochs} epochs of batch "
+        f"{a.batch} at lr {a.learning_rate:g}, LoRA r{a.lora_r}\n"
+    )
     print("| measure | value |\n|---|---|")
-    print(f"| supervised steps, wall time | {len(losses)}, {seconds:.0f} s ({statistics.median(times):.2f} s/step median) |")
+    print(
+        f"| supervised steps, wall time | {len(losses)}, {seconds:.0f} s ({statistics.median(times):.2f} s/step median) |"
+    )
     print(f"| loss: first step, last step | {losses[0]:.3f}, {losses[-1]:.4f} |")
     print(f"| greedy replies that parse | {sum(p is not None for p in parsed)}/{len(rows)} |")
     print(f"| ... that name the row's guess | {named}/{len(rows)} |")
     print(f"| ... that are the row's reply, word for word | {exact}/{len(rows)} |")
-    print(f"| reply tokens, end of turn included: median, max (budget {budget.tokens}) | "
-          f"{statistics.median(tokens):g}, {max(tokens)} |")
-    print(f"| GRPO step 1 from the adapter, beta 0.04: logged KL (reference: the supervised adapter) | {step['kl']:.6f} |")
+    print(
+        f"| reply tokens, end of turn included: median, max (budget {budget.tokens}) | "
+        f"{statistics.median(tokens):g}, {max(tokens)} |"
+    )
+    print(
+        f"| GRPO step 1 from the adapter, beta 0.04: logged KL (reference: the supervised adapter) | {step['kl']:.6f} |"
+    )
     print(f"| KL of the same adapter to the base model, on its own samples at temperature 1 | {kl_base:.4f} |")
-    print(f"| GRPO step 1: reward, format, wall time | {step['reward']:.3f}, "
-          f"{step.get('rewards/format_reward/mean', float('nan')):.3f}, {grpo_seconds:.0f} s |")
+    print(
+        f"| GRPO step 1: reward, format, wall time | {step['reward']:.3f}, "
+        f"{step.get('rewards/format_reward/mean', float('nan')):.3f}, {grpo_seconds:.0f} s |"
+    )
     curve = [h for h in logs if "val/invalid_rate" in h]
     if curve:
         print("\n| supervised step | validation games won | invalid replies |\n|---|---|---|")

@@ -312,10 +312,31 @@ def merged_generation(script: ScriptArguments, train_kw: dict[str, Any], model_k
             )
 
 
+# TRL's own spellings of scale_rewards besides its names: a bool, which the command line gives as text.
+SCALE_ALIASES = {"true": "group", "false": "none"}
+SCALES = ("group", "batch", "none")
+
+
+def scale_rewards(train_kw: dict[str, Any]) -> str | None:
+    """``--scale_rewards true|false`` as TRL reads the bools (group, none): argparse hands them over as text, which
+    TRL would refuse only at the first step, after the model loaded and the games before were played. Returns the
+    value as the user spelled it."""
+    spelled = train_kw.get("scale_rewards")
+    if spelled is None:
+        return None
+    spelled = str(spelled).lower() if isinstance(spelled, bool) else str(spelled)
+    value = SCALE_ALIASES.get(spelled.lower(), spelled)
+    if value not in SCALES:
+        raise unknown("scale_rewards", spelled, [*SCALES, *SCALE_ALIASES], "--scale_rewards")
+    train_kw["scale_rewards"] = value
+    return spelled
+
+
 def choose_rewards(
     script: ScriptArguments, train_kw: dict[str, Any], notes: list[str], given: frozenset[str] = frozenset()
 ) -> None:
     """The rollout mode, its reward functions and their weights (the mode's defaults unless given)."""
+    scale = scale_rewards(train_kw)
     defaults = default_rewards(script.rollout.plays_games)
     if script.rewards is None:
         script.rewards = list(defaults)
@@ -327,7 +348,7 @@ def choose_rewards(
         raise ConfigError(f"{game_only[0]} scores whole games: it needs --rollout game")
     if script.rollout.plays_games:
         game_batch(script, train_kw, notes)
-        game_objective(train_kw, given, notes)
+        game_objective(train_kw, given, notes, scale)
     if train_kw.get("reward_weights") is None:
         train_kw["reward_weights"] = [defaults.get(r, 1.0) for r in script.rewards]
     elif len(train_kw["reward_weights"]) != len(script.rewards):
@@ -433,7 +454,9 @@ def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[st
 OTHER_LOSSES = ("grpo", "dr_grpo", "sapo", "luspo", "cispo", "vespo")
 
 
-def game_objective(train_kw: dict[str, Any], given: frozenset[str], notes: list[str]) -> None:
+def game_objective(
+    train_kw: dict[str, Any], given: frozenset[str], notes: list[str], spelled: str | None = None
+) -> None:
     """Game mode's objective is TRL's: refuse in one line what its turn-slot groups and micro-batches would change.
 
     TRL shuffles a generation batch before splitting it, so each micro-batch is a random mix of its rows; game mode
@@ -465,11 +488,11 @@ def game_objective(train_kw: dict[str, Any], given: frozenset[str], notes: list[
             "--multi_objective_aggregation normalize_then_sum scales each reward by its group's std, and with "
             "--rollout game a group is one turn slot's live games (two, late on): use sum_then_normalize"
         )
-    scale = {True: "group", False: "none"}.get(train_kw.get("scale_rewards"), train_kw.get("scale_rewards"))
-    if scale == "group":
+    if train_kw.get("scale_rewards") == "group":
         if "scale_rewards" in given:
+            spelled = "group" if spelled in (None, "group") else f"{spelled} (group)"
             raise ConfigError(
-                "--scale_rewards group divides each turn slot's rewards by their own std, and with --rollout game a "
+                f"--scale_rewards {spelled} divides each turn slot's rewards by their own std, and with --rollout game a "
                 "slot may hold two live games (any difference becomes +-0.71): use batch or none"
             )
         train_kw["scale_rewards"] = "batch"

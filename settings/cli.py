@@ -20,6 +20,7 @@ from typing import Any
 import transformers
 from rich.console import Console
 from rich.logging import RichHandler
+from tqdm import tqdm
 
 from settings.errors import ConfigError, Stopped, disk_full_line, is_disk_full
 
@@ -124,17 +125,27 @@ def run_cli(body: Callable[[], object], then: str = "rerun with --resume") -> in
     try:
         body()
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        last_line(f"error: {exc}")
         return 2
     except Stopped as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
+        last_line(f"stopped: {exc}")
         return exc.code
     except Exception as exc:  # any other write that ran out of space, whichever library raised it
         if not is_disk_full(exc):
             raise
-        print(f"error: {disk_full_line(exc, None, then)}", file=sys.stderr)
+        last_line(f"error: {disk_full_line(exc, None, then)}")
         return 2
     return 0
+
+
+def last_line(line: str) -> None:
+    """``line`` on stderr, on a line of its own and the last one there: every progress bar still drawn (the
+    training's, left open by the error that ends it) is closed first, which ends its line and stops it being drawn
+    again below."""
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+    sys.stderr.flush()
+    print(line, file=sys.stderr, flush=True)
 
 
 def setup_logging() -> None:

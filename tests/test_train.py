@@ -505,3 +505,51 @@ def test_checkpoints_name_the_base_as_the_run_did_and_carry_no_empty_card(tmp_pa
     assert json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny"
     assert not (checkpoint / "README.md").exists()  # PEFT's template; the run's card is in the output directory
     assert "More Information Needed" not in (tmp_path / "out" / "README.md").read_text()
+
+
+# A real run whose second checkpoint finds the disk full: the fault injected, the rest (the progress bar included) real.
+FULL_AT_STEP_2 = """
+import errno, sys
+import runtime.quiet
+from trl import GRPOTrainer
+import grpo_train
+real = GRPOTrainer._save_checkpoint
+def save(self, model, trial):
+    if self.state.global_step >= 2:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(self, model, trial)
+GRPOTrainer._save_checkpoint = save
+sys.exit(grpo_train.main(sys.argv[1:]))
+"""
+
+
+def as_a_terminal_shows(text: str) -> list[str]:
+    """The lines a terminal shows for ``text``: a carriage return goes back to the line's start, and what follows
+    writes over what was there."""
+    lines = []
+    for raw in text.split("\n"):
+        line = ""
+        for part in raw.split("\r"):
+            line = part + line[len(part) :]
+        lines.append(line)
+    return [line for line in lines if line.strip()]
+
+
+def test_an_error_during_training_stands_alone_on_the_last_line_as_a_terminal_shows_it(tmp_path):
+    off = QUICK.index("--disable_tqdm")
+    argv = [*QUICK[:off], *QUICK[off + 2 :]]  # the progress bar on, as a user has it
+    argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "3", "--save_steps", "1", "--skip_eval", "true"]
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_AT_STEP_2, *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "\r" in done.stderr and "%|" in done.stderr, "no progress bar was drawn: the test would prove nothing"
+    screen = as_a_terminal_shows(done.stderr)
+    errors = [line for line in screen if "error: " in line]
+    assert len(errors) == 1 and errors[0].startswith("error: the disk filled while saving checkpoint-2"), screen[-4:]
+    assert screen[-1] == errors[0], f"the error is not the last line: {screen[-3:]}"

@@ -348,9 +348,13 @@ _GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("contradict
 
 def format_log(logs: dict[str, float], step: int, max_steps: int, device: str = "cpu") -> str | None:
     """One line per training log: the total reward, each reward by name, then length, time (and where it went)
-    and the peak memory of ``device``, the one the run trains on."""
+    and the peak memory of ``device``, the one the run trains on. A step that generated nothing (``num_iterations``
+    > 1, or ``steps_per_generation`` > 1: it trains on replies generated before) has its loss instead."""
     if "reward" not in logs:
-        return None
+        if "loss" not in logs:
+            return None  # the end-of-training summary: transformers renders it
+        parts = [f"step {step}/{max_steps}", f"loss {logs['loss']:.4f} (on replies generated at an earlier step)"]
+        return " | ".join([*parts, *_time_and_memory(logs, device)])
     parts = [f"step {step}/{max_steps}", f"reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}"]
     rewards = [
         f"{key[len('rewards/') : -len('_reward/mean')]} {value:.3f}"
@@ -372,6 +376,11 @@ def format_log(logs: dict[str, float], step: int, max_steps: int, device: str = 
         if "val_opening/win_rate" in logs:
             check.append(f"(from a random opener {logs['val_opening/win_rate']:.2f})")
         parts.append(" ".join(check))
+    return " | ".join([*parts, *_time_and_memory(logs, device)])
+
+
+def _time_and_memory(logs: dict[str, float], device: str) -> list[str]:
+    parts = []
     split = [logs.get(f"time/{name}") for name in ("generation", "scoring", "update")]
     if None not in split:  # StepClock's: the whole step, optimizer included
         generation, scoring, update = split
@@ -383,4 +392,4 @@ def format_log(logs: dict[str, float], step: int, max_steps: int, device: str = 
         parts.append(f"{logs['step_time']:.2f} s/step")
     if "peak_memory_mb" in logs:
         parts.append(f"peak {logs['peak_memory_mb']:.0f} MB {memory_source(device)}")
-    return " | ".join(parts)
+    return parts

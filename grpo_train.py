@@ -32,6 +32,7 @@ from models.loading import load_model, load_tokenizer
 from rewards import get_reward_funcs
 from runtime import distributed
 from runtime.device import MpsCacheCallback
+from runtime.preemption import Interrupted, deferred, interruptible
 from settings.arguments import DASHED, ScriptArguments
 from settings.cli import brief, help_requested, run_cli, setup_logging
 from settings.config import Resolved, help_defaults, make_parser, resolve
@@ -40,9 +41,11 @@ from settings.summary import to_yaml
 from training.before_after import card_evaluation, evaluate_end, evaluate_start
 from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
+from training.output import claimed
+from training.phases import Phases
 from training.rollback import RollbackAdvisor
 from training.rollout import GameCheck, GameRollout
-from training.run import Plan, claimed, dataset, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
+from training.run import Plan, dataset, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
 
@@ -122,11 +125,12 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
         if resolved.script.merge and distributed.is_main():
             merge(resolved, run)
         return None
-    with claimed(run):  # locked; a run that stopped before writing anything leaves no directory
-        return _train(resolved, run)
+    phases = Phases(resolved, run.out)  # what a signal outside the steps says: the phase, what is on disk
+    with claimed(run.out), interruptible(phases.line):  # a run stopped before writing anything leaves no directory
+        return _train(resolved, run, phases)
 
 
-def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
+def _train(resolved: Resolved, run: Plan, phases: Phases) -> WordleGRPOTrainer:
     prepare(resolved, run)
     # Load: the tokenizer first, so that a reply limit it cannot hold fails before the weights load.
     tokenizer = load_tokenizer(run.source, resolved)
@@ -136,16 +140,24 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
     if resolved.script.adapter:  # the supervised warm start's LoRA, trainable: GRPO continues it
         model = load_adapter(model, resolved.script.adapter)
     # Data: game states (or start states) rendered by wordle/, with prompts that fit beside a reply.
+    phases.now = "building the training rows"
     train_dataset = dataset(resolved, run, model, tokenizer)
     # Evaluate: full games on the held-out secrets before training, to compare with after (reused on --resume).
+    phases.now = "playing the games before training"
     skip = resolved.script.skip_eval
     before = None if skip else evaluate_start(resolved, model, tokenizer, run.out, resuming=bool(run.checkpoint))
-    # Trainer, train, save.
+    # Trainer, train, save: a signal during the save waits for whole files.
+    phases.now = "training"
     trainer = make_trainer(resolved, model, tokenizer, train_dataset)
     with writing(run.out):  # a full disk in a checkpoint or the trackers' files: the checkpoints stay whole
-        fit(resolved, trainer, run.checkpoint)
-    with writing(run.out):
+        health = fit(resolved, trainer, run)
+    phases.now = "saving the adapter"
+    with deferred() as signals, writing(run.out):
         save(resolved, run, trainer, tokenizer)
+    phases.saved = True
+    if signals:
+        raise Interrupted(signals[0], phases.line(signals[0]))
+    phases.now = "playing the games after training"
     # Evaluate again: the before/after tables and plots, then the adapter's card that shows them. The adapter is
     # saved by now: a disk that fills here costs the evaluation alone, which evaluate.py plays again.
     again = f"python evaluate.py --adapter {run.out} --out {run.out / 'eval'} (the adapter is saved)"
@@ -161,7 +173,10 @@ def _train(resolved: Resolved, run: Plan) -> WordleGRPOTrainer:
             rewards=resolved.weights,
             steps=trainer.state.global_step,
             eval_markdown_table=None if results is None else card_evaluation(results),
+            warning=None if health.collapsed_at is None else health.describe(),
         )
+    if health.collapsed_at is not None:  # --stop_on_collapse false: trained on, and said so at the end too
+        logger.warning("this run collapsed, and its adapter is what the collapse left: %s", health.describe())
     return trainer
 
 

@@ -29,6 +29,7 @@ from trl import SFTConfig
 from models.loading import load_model, load_tokenizer
 from runtime import distributed
 from runtime.device import MpsCacheCallback
+from runtime.preemption import Interrupted, deferred, interruptible
 from settings.arguments import DASHED, SFTArguments
 from settings.cli import brief, help_requested, run_cli, setup_logging
 from settings.config import SFT, Resolved, help_defaults, make_parser, resolve
@@ -36,8 +37,10 @@ from settings.errors import writing
 from settings.summary import to_yaml
 from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
+from training.output import claimed
+from training.phases import Phases
 from training.rollback import RollbackAdvisor
-from training.run import Plan, claimed, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
+from training.run import Plan, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
 from training.sft import WordleSFTTrainer, data_dir, make_sft_trainer, supervised_rows
 
 logger = logging.getLogger("sft_train")
@@ -102,18 +105,21 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleSFTTrainer | Non
         if resolved.script.merge and distributed.is_main():
             merge(resolved, run)
         return None
-    with claimed(run):
-        return _train(resolved, run)
+    phases = Phases(resolved, run.out)  # what a signal outside the steps says: the phase, what is on disk
+    with claimed(run.out), interruptible(phases.line):
+        return _train(resolved, run, phases)
 
 
-def _train(resolved: Resolved, run: Plan) -> WordleSFTTrainer:
+def _train(resolved: Resolved, run: Plan, phases: Phases) -> WordleSFTTrainer:
     prepare(resolved, run)
     # The tokenizer first: the rows are written to fit the reply budget in its tokens.
     tokenizer = load_tokenizer(run.source, resolved)
     check_reply_fits(tokenizer, resolved.reply_budget)
+    phases.now = "building the rows"
     with writing(run.out):
         rows = supervised_rows(resolved, run.out, tokenizer, resuming=bool(run.checkpoint))
     log_memory_estimate(resolved, run.source, tokenizer)
+    phases.now = "loading the model"
     model = load_model(run.source, resolved)
     script = resolved.script
     callbacks = [
@@ -122,10 +128,12 @@ def _train(resolved: Resolved, run: Plan) -> WordleSFTTrainer:
         RollbackAdvisor.for_run(resolved),
         *([MpsCacheCallback(script.mps_empty_cache_steps)] if script.mps_empty_cache_steps else []),
     ]
+    phases.now = "training"
     trainer = make_sft_trainer(resolved, model, tokenizer, rows, callbacks)
     with writing(run.out):
-        fit(resolved, trainer, run.checkpoint)
-    with writing(run.out):
+        fit(resolved, trainer, run)
+    phases.now = "saving the adapter"  # a signal now waits for whole files
+    with deferred() as signals, writing(run.out):
         save(resolved, run, trainer, tokenizer)
         if distributed.is_main() and resolved.model.use_peft:
             write_model_card(
@@ -136,6 +144,9 @@ def _train(resolved: Resolved, run: Plan) -> WordleSFTTrainer:
                 steps=trainer.state.global_step,
                 supervised_rows=str(data_dir(resolved, run.out)),
             )
+    phases.saved = True
+    if signals:
+        raise Interrupted(signals[0], phases.line(signals[0]))
     logger.info("next: python grpo_train.py --profile %s --adapter %s", script.profile, run.out)
     return trainer
 

@@ -1,14 +1,19 @@
-"""Preemption: SIGTERM (a cluster taking the machine back) or SIGINT (Ctrl-C) while GRPO trains.
+"""Preemption: SIGTERM (a cluster taking the machine back) or SIGINT (Ctrl-C), in every phase of a run.
 
-The handler only asks: the step under way finishes, a checkpoint is saved, every process stops at the same
-step, and the run ends with one line that gives the ``--resume`` command. So a save in progress is never cut
-short. A second signal acts at once, as if no handler were there (what a kill -9 tears, ``--resume`` skips).
+While the model trains, the handler only asks (:class:`StopOnSignal`): the step under way finishes, a checkpoint is
+saved, every process stops at the same step, and the run ends with one line that gives the ``--resume`` command. So
+a save in progress is never cut short. Outside the steps (the model loading, the games before and after) a signal
+ends the run at once with one line that says what is on disk and the command that continues (:func:`interruptible`);
+a save defers it until the files are whole (:func:`deferred`). A second signal acts at once (what a kill -9 tears,
+``--resume`` skips).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 from transformers import TrainerCallback
@@ -47,3 +52,58 @@ class StopOnSignal(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+class Interrupted(Exception):
+    """A signal outside training's steps (loading, the games, saving): the run ends with one line, ``line``, and the
+    exit code a shell expects for the signal."""
+
+    def __init__(self, received: signal.Signals, line: str) -> None:
+        super().__init__(line)
+        self.signal = received
+        self.code = 128 + received
+
+
+@contextmanager
+def interruptible(describe: Callable[[signal.Signals], str]) -> Iterator[None]:
+    """Until the block ends, SIGTERM and SIGINT raise :class:`Interrupted` with ``describe(signal)``: what is on disk
+    and the command that continues, said at the moment the signal came. Training's own handler (:class:`StopOnSignal`)
+    takes over during the steps and hands back to this one after its first signal, so a second acts at once."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        received = signal.Signals(signum)
+        raise Interrupted(received, describe(received))
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, stop) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def deferred() -> Iterator[list[signal.Signals]]:
+    """A block that a first signal does not cut short (a save: a file half-written is worse than a late stop): the
+    signal is kept in the list the block gets, for the caller to act on once it is done. A second acts at once."""
+    received: list[signal.Signals] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    outer = {s: signal.getsignal(s) for s in SIGNALS}
+
+    def keep(signum: int, frame: FrameType | None) -> None:
+        received.append(signal.Signals(signum))
+        for s, handler in outer.items():
+            signal.signal(s, handler)
+
+    for s in SIGNALS:
+        signal.signal(s, keep)
+    try:
+        yield received
+    finally:
+        for s, handler in outer.items():
+            signal.signal(s, handler)

@@ -6,9 +6,13 @@ layers combine is ``settings.config``.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
+
+from trl import GRPOConfig, ModelConfig, SFTConfig
 
 from rewards import REWARD_FUNCS
 from settings.errors import unknown
@@ -171,6 +175,13 @@ class ScriptArguments(RunArguments):
             "answer, allowed, answer:K, allowed:K, words:W1,W2"
         },
     )
+    stop_on_collapse: bool = field(
+        default=True,
+        metadata={
+            "help": "stop a run whose policy collapsed after a healthy start (most replies failing the format for 3 "
+            "logged steps in a row), keeping the last healthy checkpoint; false: warn and train on"
+        },
+    )
     merged_generation: bool = field(
         default=False,
         metadata={
@@ -212,3 +223,25 @@ class SFTArguments(RunArguments):
             "it (--max-completion sets it)"
         },
     )
+
+
+class Stage(NamedTuple):
+    """A training stage: its entry script, its arguments and TRL config, and the profile section of its own settings
+    (the supervised warm start differs from GRPO in learning rate, batch and length of training)."""
+
+    name: str
+    entry: str
+    script: type
+    config: type
+    section: str | None
+
+    def dataclasses(self) -> tuple[type, ...]:
+        return (self.script, self.config, ModelConfig)
+
+    def field_names(self) -> set[str]:
+        return {f.name for dc in self.dataclasses() for f in dataclasses.fields(dc) if f.init}
+
+
+GRPO = Stage("grpo", "grpo_train.py", ScriptArguments, GRPOConfig, None)
+SFT = Stage("sft", "sft_train.py", SFTArguments, SFTConfig, "sft")
+STAGES = (GRPO, SFT)

@@ -8,8 +8,6 @@ in the order ``settings.config.resolve`` calls them: the script's own flags firs
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -19,8 +17,9 @@ from trl import GRPOConfig
 
 from rewards import GAME_ONLY, REWARD_FUNCS, default_rewards
 from runtime import device as devices
-from settings.arguments import MERGE_DTYPES, SLOTS, TINY, RunArguments, ScriptArguments
+from settings.arguments import MERGE_DTYPES, RunArguments, ScriptArguments
 from settings.errors import ConfigError, unknown
+from settings.game import game_batch, game_objective, scale_rewards
 from settings.launch import launch_problem
 from wordle.completion import guess_regex
 from wordle.feedback import CACHE_ENV
@@ -152,91 +151,6 @@ def apply_script_flags(
             train_kw["optim"] = "adamw_torch"
 
 
-ADAPTER_CONFIG = "adapter_config.json"
-# ModelConfig's LoRA fields and the adapter_config.json keys they become.
-LORA_KEYS = {
-    "lora_r": "r",
-    "lora_alpha": "lora_alpha",
-    "lora_dropout": "lora_dropout",
-    "lora_target_modules": "target_modules",
-    "use_rslora": "use_rslora",
-}
-
-
-def read_adapter_config(adapter: str) -> dict[str, Any]:
-    """``--adapter``'s adapter_config.json; ConfigError when the directory is no LoRA adapter."""
-    path = Path(adapter).expanduser()
-    if not path.is_dir():
-        raise ConfigError(f"--adapter {adapter} does not exist: pass the output_dir of sft_train.py")
-    config_file = path / ADAPTER_CONFIG
-    if not config_file.is_file():
-        raise ConfigError(f"--adapter {adapter} has no {ADAPTER_CONFIG}: it is not a LoRA adapter")
-    try:
-        config = json.loads(config_file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ConfigError(f"{config_file} is not valid JSON: a damaged copy or an unfinished save?") from None
-    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
-        raise ConfigError(f"--adapter {adapter} holds a {config.get('peft_type')} adapter, not a LoRA")
-    return config
-
-
-def _as_set(value: Any) -> set[str]:
-    return {value} if isinstance(value, str) else set(value or ())
-
-
-def _same(key: str, asked: Any, saved: Any) -> bool:
-    if key == "lora_target_modules":
-        return _as_set(asked) == _as_set(saved)
-    if isinstance(saved, float) or isinstance(asked, float):
-        return math.isclose(float(asked or 0), float(saved or 0))
-    return asked == saved
-
-
-def continue_adapter(
-    script: ScriptArguments, model_kw: dict[str, Any], notes: list[str], flags: frozenset[str], given: frozenset[str]
-) -> None:
-    """``--adapter DIR``: GRPO continues a LoRA adapter (sft_train.py's), so the LoRA settings are the adapter's. A LoRA
-    flag given on the command line that contradicts the adapter is refused; the profile's and --config's values give
-    way, with a note. The supervised stage learnt from the ``sft`` secrets: GRPO plays ``rl`` unless told otherwise,
-    as the embedded model does, and for the same reason (wordle/words.py)."""
-    if script.adapter is None:
-        return
-    config = read_adapter_config(script.adapter)
-    if not model_kw.get("use_peft"):
-        if "use_peft" in flags:
-            raise ConfigError(
-                "--adapter continues a LoRA adapter and --use_peft false trains the whole model: drop one"
-            )
-        model_kw["use_peft"] = True
-    for key, saved in LORA_KEYS.items():
-        value = config.get(saved)
-        if key in flags and not _same(key, model_kw.get(key), value):
-            shown = ",".join(sorted(value)) if key == "lora_target_modules" else value
-            asked = model_kw.get(key)
-            asked = ",".join(asked) if isinstance(asked, (list, tuple)) else asked
-            raise ConfigError(
-                f"--{key} {asked} contradicts the adapter in {script.adapter} ({saved} {shown}): drop --{key}, GRPO "
-                "continues the adapter as it was trained"
-            )
-        model_kw[key] = sorted(value) if key == "lora_target_modules" else value
-    notes.append(
-        f"--adapter {script.adapter}: GRPO continues its LoRA (r {config['r']}, alpha {config['lora_alpha']}, "
-        f"{', '.join(sorted(config['target_modules']))}); the profile's LoRA settings give way"
-    )
-    if script.secrets == "all" and "secrets" not in given:
-        script.secrets = "rl"
-        notes.append("--adapter: GRPO plays the rl secrets, which the supervised stage never saw (wordle/words.py)")
-
-
-def supervised(script: RunArguments, model_kw: dict[str, Any]) -> None:
-    """What the supervised stage needs: a model whose tokenizer can write the teacher's think."""
-    if model_kw.get("model_name_or_path") == TINY:
-        raise ConfigError(
-            "the embedded model has its own supervised build (python -m tinymodel), and its tokenizer cannot write "
-            "the teacher's think: pass --model PATH or a hub id"
-        )
-
-
 def old_names(argv: list[str], values: dict[str, Any], train_kw: dict[str, Any], notes: list[str]) -> None:
     """``gradient_checkpointing`` is transformers 5's old name for ``activation_checkpointing``, and the new one wins
     in TrainingArguments: a ``--gradient_checkpointing true`` beside a profile's ``activation_checkpointing: false``
@@ -310,26 +224,6 @@ def merged_generation(script: ScriptArguments, train_kw: dict[str, Any], model_k
                 f"--merged_generation is for model.generate, not TRL's paged generation: drop one of "
                 f"--merged_generation, --{key}"
             )
-
-
-# TRL's own spellings of scale_rewards besides its names: a bool, which the command line gives as text.
-SCALE_ALIASES = {"true": "group", "false": "none"}
-SCALES = ("group", "batch", "none")
-
-
-def scale_rewards(train_kw: dict[str, Any]) -> str | None:
-    """``--scale_rewards true|false`` as TRL reads the bools (group, none): argparse hands them over as text, which
-    TRL would refuse only at the first step, after the model loaded and the games before were played. Returns the
-    value as the user spelled it."""
-    spelled = train_kw.get("scale_rewards")
-    if spelled is None:
-        return None
-    spelled = str(spelled).lower() if isinstance(spelled, bool) else str(spelled)
-    value = SCALE_ALIASES.get(spelled.lower(), spelled)
-    if value not in SCALES:
-        raise unknown("scale_rewards", spelled, [*SCALES, *SCALE_ALIASES], "--scale_rewards")
-    train_kw["scale_rewards"] = value
-    return spelled
 
 
 def choose_rewards(
@@ -409,91 +303,3 @@ def check_device(
     if not present:
         notes.append(f"device {script.device} is not present on this machine: shown as the profile sets it")
     return present
-
-
-def game_batch(script: ScriptArguments, train_kw: dict[str, Any], notes: list[str]) -> None:
-    """Game mode's batch: one optimizer step sees whole games, each as one sample per turn slot.
-
-    The rollout lays out each start state's games as ``SLOTS`` consecutive groups (turn 1's
-    num_generations samples, then turn 2's, ...), so a step's samples must be a multiple of
-    ``SLOTS x num_generations``. ``per_device_train_batch_size`` stays the memory knob; the gradient
-    accumulation is raised until a step holds whole games. Also refuses, or notes, the flags that game mode
-    does not use."""
-    for key in ("generation_batch_size", "steps_per_generation"):
-        if train_kw.get(key) is not None:
-            raise ConfigError(f"--rollout game sets the generation batch itself (whole games per step): drop --{key}")
-    for key in ("use_transformers_continuous_batching", "use_transformers_paged"):
-        if train_kw.get(key):  # TRL's settings for its own generate call, which a game's turns do not go through
-            raise ConfigError(
-                f"--{key} does nothing with --rollout game (each turn generates with model.generate, or vLLM): "
-                "drop it, or use --rollout turn"
-            )
-    if not script.dataset:
-        # They shape built rows: a game run without --dataset starts a game from every training secret instead
-        # (training.run.training_rows); with a --dataset file still to build, they shape that file's rows.
-        for field_ in dataclasses.fields(ScriptArguments):
-            if field_.name in ("train_rows", "explore") and getattr(script, field_.name) != field_.default:
-                notes.append(
-                    f"--{field_.name} does nothing with --rollout game (it shapes the rows --rollout turn builds)"
-                )
-    generations = train_kw["num_generations"]
-    block = SLOTS * generations
-    per_device = train_kw["per_device_train_batch_size"]
-    accumulation = train_kw["gradient_accumulation_steps"]
-    needed = math.lcm(block, per_device) // per_device
-    if accumulation % needed:
-        raised = needed * -(-accumulation // needed)
-        notes.append(
-            f"--rollout game: gradient_accumulation_steps {accumulation} -> {raised}, so that a step holds whole "
-            f"games ({SLOTS} turn slots x num_generations {generations} samples per start state)"
-        )
-        train_kw["gradient_accumulation_steps"] = raised
-
-
-# The losses game mode gives TRL's own update with, besides its default dapo (tests/test_rollout.py).
-OTHER_LOSSES = ("grpo", "dr_grpo", "sapo", "luspo", "cispo", "vespo")
-
-
-def game_objective(
-    train_kw: dict[str, Any], given: frozenset[str], notes: list[str], spelled: str | None = None
-) -> None:
-    """Game mode's objective is TRL's: refuse in one line what its turn-slot groups and micro-batches would change.
-
-    TRL shuffles a generation batch before splitting it, so each micro-batch is a random mix of its rows; game mode
-    keeps them in turn-slot order (WordleGRPOTrainer.micro_batches), so what normalises by a micro-batch's own
-    tokens would weigh the few live turns of late slots up to 8x. A TRL group is one turn slot's live games, as few
-    as two late in a game, so a std per group turns any difference into +-0.71: rewards are scaled by the batch's
-    std (game mode's choice where none was given), or not at all."""
-    per_micro_batch = (
-        ("loss_type", train_kw.get("loss_type") == "bnpo", "normalises by a micro-batch's own tokens"),
-        ("entropy_coef", train_kw.get("entropy_coef", 0) != 0, "adds an entropy bonus averaged per micro-batch"),
-        (
-            "use_adaptive_entropy",
-            train_kw.get("use_adaptive_entropy"),
-            "adds an entropy bonus averaged per micro-batch",
-        ),
-        ("top_entropy_quantile", train_kw.get("top_entropy_quantile", 1) < 1, "keeps each micro-batch's top entropies"),
-    )
-    for key, applies, what in per_micro_batch:
-        if applies:
-            value = train_kw[key]
-            instead = "use dapo (the batch's token mean), " + ", ".join(OTHER_LOSSES)
-            instead = instead if key == "loss_type" else "drop it, or use --rollout turn"
-            raise ConfigError(
-                f"--{key} {str(value).lower() if isinstance(value, bool) else value} {what}, and with --rollout game "
-                f"a micro-batch is one turn slot: {instead}"
-            )
-    if train_kw.get("multi_objective_aggregation") == "normalize_then_sum":
-        raise ConfigError(
-            "--multi_objective_aggregation normalize_then_sum scales each reward by its group's std, and with "
-            "--rollout game a group is one turn slot's live games (two, late on): use sum_then_normalize"
-        )
-    if train_kw.get("scale_rewards") == "group":
-        if "scale_rewards" in given:
-            spelled = "group" if spelled in (None, "group") else f"{spelled} (group)"
-            raise ConfigError(
-                f"--scale_rewards {spelled} divides each turn slot's rewards by their own std, and with --rollout game a "
-                "slot may hold two live games (any difference becomes +-0.71): use batch or none"
-            )
-        train_kw["scale_rewards"] = "batch"
-        notes.append("--rollout game: scale_rewards batch (a turn slot's group may hold two live games)")

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from tqdm import tqdm
 
+from runtime.preemption import Interrupted
 from settings.errors import ConfigError, Stopped, disk_full_line, is_disk_full
 
 HELP_ALL = "--help-all"
@@ -127,7 +128,7 @@ def run_cli(body: Callable[[], object], then: str = "rerun with --resume") -> in
     except ConfigError as exc:
         last_line(f"error: {exc}")
         return 2
-    except Stopped as exc:
+    except (Stopped, Interrupted) as exc:
         last_line(f"stopped: {exc}")
         return exc.code
     except Exception as exc:  # any other write that ran out of space, whichever library raised it

@@ -23,8 +23,8 @@ import yaml
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
 from runtime import device as devices
-from settings import arguments, checks
-from settings.arguments import TINY, RunArguments, ScriptArguments, SFTArguments, available_profiles
+from settings import arguments, checks, handoff
+from settings.arguments import GRPO, SFT, STAGES, TINY, RunArguments, Stage, available_profiles
 from settings.checks import HAS_NEW_CHECKPOINTING, NEW_CHECKPOINTING
 from settings.cli import NO_PROFILE, HelpDefaults
 from settings.errors import ConfigError, unknown
@@ -35,29 +35,7 @@ logger = logging.getLogger(__name__)
 
 # A profile's section of settings tuned for the embedded model: they apply only when the model is tiny.
 EMBEDDED_SECTION = "tiny"
-
-
-class Stage(NamedTuple):
-    """A training stage: its entry script, its arguments and TRL config, and the profile section of its own settings
-    (the supervised warm start differs from GRPO in learning rate, batch and length of training)."""
-
-    name: str
-    entry: str
-    script: type
-    config: type
-    section: str | None
-
-    def dataclasses(self) -> tuple[type, ...]:
-        return (self.script, self.config, ModelConfig)
-
-    def field_names(self) -> set[str]:
-        return {f.name for dc in self.dataclasses() for f in dataclasses.fields(dc) if f.init}
-
-
-GRPO = Stage("grpo", "grpo_train.py", ScriptArguments, GRPOConfig, None)
-SFT = Stage("sft", "sft_train.py", SFTArguments, SFTConfig, "sft")
-STAGES = (GRPO, SFT)
-SECTIONS = (EMBEDDED_SECTION, SFT.section)
+SECTIONS = (EMBEDDED_SECTION, SFT.section)  # a profile's sections: the embedded model's, the warm start's
 
 
 @dataclass
@@ -318,7 +296,7 @@ def resolve(argv: list[str], *, check_device: bool = True, stage: Stage = GRPO) 
     checks.check_ranges(script, train_kw, model_kw, budget)
     given = frozenset(values) | flags
     if stage is GRPO:
-        checks.continue_adapter(script, model_kw, notes, flags, given)
+        handoff.continue_adapter(script, model_kw, notes, flags, given)
         checks.constrain_vllm(script, train_kw, notes)
         checks.vllm_on_device(script, train_kw, model_kw, notes)
         checks.merged_generation(script, train_kw, model_kw)
@@ -327,7 +305,7 @@ def resolve(argv: list[str], *, check_device: bool = True, stage: Stage = GRPO) 
         if script.secrets not in trainable:
             raise unknown("part of the training secrets", script.secrets, trainable, "--secrets")
     else:
-        checks.supervised(script, model_kw)
+        handoff.supervised(script, model_kw)
     checks.check_launch(script, train_kw)
     check = check_device and not known.dry_run
     present = checks.check_device(script, train_kw, model_kw, notes, check, flags, layers.device)

@@ -18,6 +18,7 @@ from runtime import device as devices
 from runtime import distributed
 from settings.arguments import SLOTS, TINY, ScriptArguments
 from settings.config import SFT, Resolved, plain
+from settings.game import lone_turns_expected
 from wordle import EVAL_SIZE
 from wordle.openings import Opening
 
@@ -185,6 +186,8 @@ def _rollout_summary(script: ScriptArguments, samples: int, generations: int) ->
         "start_states": f"{script.game_openings:.0%} from one or two random guesses, the rest from its own opening",
         "sample_layout": f"{SLOTS} turn slots x {generations} games per start state; a slot after its game ended "
         "is a masked placeholder whose rewards are all None",
+        "lone_turns_expected": f"{lone_turns_expected(generations):.0%} of the turns after the first are their slot's "
+        "only live game (advantage 0, no signal), for games as long as the embedded model's start plays them",
         "game_check": (
             f"every {script.game_eval_steps} steps, {script.game_eval_games} validation secrets, greedy, from its "
             "own opening and from a random answer"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import re
 import shutil
 import subprocess
@@ -30,12 +31,13 @@ from trl import GRPOTrainer
 import evaluate as evaluate_cli
 import evaluation.run
 import grpo_train
+import sft_train
 import tinymodel
 from models import loading as modeling
 from runtime import device as devices
 from runtime import distributed
-from settings import checks, launch
-from training import before_after, run
+from settings import checks, config, launch
+from training import before_after, record, run
 from training.trainer import WordleGRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -509,6 +511,47 @@ TRAIN_CASES = [
         "diskfull",
         row="the disk fills while a checkpoint is saved (the half-written one is removed, the earlier ones stay whole)",
     ),
+    Case(
+        "adapter missing",
+        ["--adapter", "nope"],
+        "--adapter nope does not exist",
+        row="`--adapter` that does not exist",
+    ),
+    Case(
+        "adapter not a LoRA",
+        ["--adapter", "{tmp}"],
+        "has no adapter_config.json",
+        row="`--adapter` that is no LoRA adapter",
+    ),
+    Case(
+        "adapter contradicted",
+        ["--adapter", "sft", "--lora_r", "4"],
+        "--lora_r 4 contradicts the adapter in sft (r 16)",
+        "sftadapter",
+        row="a LoRA flag that contradicts the adapter GRPO continues",
+    ),
+    Case("adapter without LoRA", ["--adapter", "sft", "--use_peft", "false"], "drop one", "sftadapter"),
+    Case(
+        "adapter of another base",
+        ["--adapter", "sft"],
+        "was trained on tiny (fingerprint 0123456789abcdef@main)",
+        "sftadapter",
+        row="an adapter trained on another base model (PEFT would load it onto any base of the same shapes)",
+    ),
+    Case(
+        "resume that no longer fits",
+        ["--resume", "--lora_r", "8"],
+        "was trained with LoRA's rank 16, and this run asks for 8",
+        "resumable",
+        row="`--resume` with a setting that changes the weights or what they mean",
+    ),
+    Case(
+        "resume with another rollout",
+        ["--resume", "--rollout", "turn"],
+        "was trained with the rollout mode game, and this run asks for turn: drop --rollout",
+        "resumable",
+    ),
+    Case("scale_rewards misspelled", ["--scale_rewards", "yes"], "unknown scale_rewards 'yes' in --scale_rewards"),
 ]
 PAST_THE_CHECKS = {
     "tokenizer",
@@ -560,9 +603,30 @@ FILES = {
 }
 
 
+SFT_ADAPTER = {  # what sft_train.py leaves, recorded as trained on a base whose fingerprint no model here has
+    "sft/adapter_config.json": json.dumps(
+        {
+            "peft_type": "LORA",
+            "r": 16,
+            "lora_alpha": 32,
+            "lora_dropout": 0.0,
+            "target_modules": ["v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "use_rslora": False,
+        }
+    ),
+    "sft/wordle_grpo_config.yaml": "model:\n  name_or_path: tiny\n  fingerprint: 0123456789abcdef@main\n",
+}
+
+
 def _setup(kind: str | None, tmp: Path, monkeypatch) -> None:
-    for name, text in FILES.get(kind, {}).items():
+    for name, text in {**FILES, "sftadapter": SFT_ADAPTER}.get(kind, {}).items():
         write(tmp / name, text)
+    if kind == "sftadapter":
+        safetensors.torch.save_file({"a": torch.zeros(1)}, tmp / "sft" / "adapter_model.safetensors")
+    if kind == "resumable":  # a checkpoint of the cpu profile's run, with the record every checkpoint now holds
+        finished_checkpoint(tmp / "outputs" / "cpu")
+        resolved = config.resolve(["--profile", "cpu"])
+        record.write_record(record.run_record(resolved, str(tinymodel.model_dir())), tmp / "outputs/cpu/checkpoint-2")
     if kind == "latin1":  # a spreadsheet's export in Windows-1252: a line 2 with a name in it
         rows = '{"secret": "SLATE", "past_guess_history": []}\n{"secret": "CRANE", "note": "Ren\u00e9"}\n'
         write(tmp / "rows.jsonl", "").write_bytes(rows.encode("cp1252"))
@@ -723,6 +787,67 @@ def test_grpo_train_bad_input_is_one_line(case, tmp_path, monkeypatch, capsys, n
     assert files_in(tmp_path) == before, "a failed run writes nothing and leaves what was there"
 
 
+# Run as `python sft_train.py --profile cpu ARGV`: the supervised stage's own bad inputs (the rest are grpo_train's).
+SFT_CASES = [
+    Case(
+        "the embedded model",
+        [],
+        "the embedded model has its own supervised build",
+        row="`sft_train.py` on the embedded model (the cpu profile's default)",
+    ),
+    Case(
+        "a row that is no reply",
+        ["--model", "m", "--dataset", "sft-rows"],
+        "dataset sft-rows: row 2: the completion 'CRANE' is not a reply",
+        "sftrows",
+        row="a supervised dataset row that is no reply",
+    ),
+    Case("an option of GRPO's alone", ["--model", "m", "--num_generations", "4"], "unknown option '--num_generations'"),
+    Case(
+        "replies over the budget",
+        ["--model", "{tmp}/qwen", "--dataset", "{tmp}/rows", "--max-completion", "24"],
+        "row 1's reply takes",
+        "sftbudget",
+        row="supervised rows whose replies do not fit the reply budget (found with the tokenizer, before the model loads)",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SFT_CASES, ids=[c.name for c in SFT_CASES])
+def test_sft_train_bad_input_is_one_line(case, tmp_path, monkeypatch, capsys, request):
+    monkeypatch.chdir(tmp_path)
+    for name, text in {"m/config.json": '{"model_type": "qwen2"}', "m/model.safetensors": ""}.items():
+        write(tmp_path / name, text)  # a model directory that passes its check, and is never loaded
+    if case.setup == "sftrows":
+        reply = "<think>\nx\n</think>\n\n<guess>CRANE</guess>"
+        rows = [
+            {
+                "prompt": [{"role": "user", "content": "Guess 1 of 6."}],
+                "completion": [{"role": "assistant", "content": c}],
+            }
+            for c in (reply, "CRANE")
+        ]
+        write(tmp_path / "sft-rows" / "train.jsonl", "\n".join(json.dumps(r) for r in rows))
+    if case.setup == "sftbudget":  # rows written for 128 tokens, trained for 24: found once the tokenizer counts them
+        shutil.copytree(request.getfixturevalue("qwen_dir"), tmp_path / "qwen")
+        from transformers import AutoTokenizer
+
+        from training.sft_data import Budget, build_sft_rows, save_sft_dataset
+
+        built, stats = build_sft_rows(16, 0, AutoTokenizer.from_pretrained(tmp_path / "qwen"), Budget(128))
+        save_sft_dataset(built, stats, tmp_path / "rows")
+    monkeypatch.setattr(sft_train, "load_model", lambda *a, **k: pytest.fail("the model loaded before the error"))
+    before = files_in(tmp_path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
+    line = one_line_error(
+        capsys, sft_train.main(["--profile", "cpu", *args]), tmp_path, logged=case.setup == "sftbudget"
+    )
+    assert case.expected in line
+    if case.row:
+        assert_is_the_docs_line(case.row, line, tmp_path)
+    assert files_in(tmp_path) == before, "a failed run writes nothing and leaves what was there"
+
+
 EVALUATE_CASES = [
     Case(
         "adapter dir missing",
@@ -800,7 +925,7 @@ def test_evaluate_bad_input_is_one_line(case, tmp_path, monkeypatch, capsys):
 
 def test_each_row_of_docs_errors_is_the_row_of_one_case():
     # A new row needs a case that prints its line, and a case's row must be in the doc, word for word.
-    rows = [case.row for case in (*TRAIN_CASES, *EVALUATE_CASES) if case.row]
+    rows = [case.row for case in (*TRAIN_CASES, *SFT_CASES, *EVALUATE_CASES) if case.row]
     assert sorted(set(doc_rows()) - set(rows)) == [], "docs/errors.md rows without a case"
     assert sorted(set(rows) - set(doc_rows())) == [], "cases whose row is not in docs/errors.md"
     assert sorted(r for r in rows if rows.count(r) > 1) == [], "rows with more than one case"

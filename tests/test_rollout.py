@@ -25,7 +25,8 @@ from settings.config import resolve
 from settings.errors import ConfigError
 from settings.summary import summary
 from training.data import make_row
-from training.rollout import TOKEN_NORMALISED_LOSSES, GameBatch, GameRollout, KeptRows, kept_rows, lone_turn_share
+from training.game_stats import lone_turn_share
+from training.rollout import TOKEN_NORMALISED_LOSSES, GameBatch, GameRollout, KeptRows, kept_rows
 from training.trainer import live_length_metrics, take_rows, trim_padding
 from wordle import MAX_GUESSES, allowed, candidates, history_for, render_prompt, train_secrets
 from wordle.completion import completion_text

@@ -14,7 +14,7 @@ from evaluation.metrics import mean_ci, wilson
 from evaluation.play import RandomAllowedPlayer, SolverPlayer
 from evaluation.run import evaluate_baselines, evaluate_player, select_secrets
 from settings.config import resolve
-from training import run
+from training import trackers
 from training.before_after import (
     FIGURES,
     TABLE_COLUMNS,
@@ -69,9 +69,9 @@ def test_trackers_name_the_run_unless_the_user_did(flags, env, expected, tmp_pat
         monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(run, "_trackio_runs", lambda project: [])
+    monkeypatch.setattr(trackers, "_trackio_runs", lambda project: [])
     resolved = resolve(["--profile", "cpu", "--output_dir", str(tmp_path / "run-7"), *flags])
-    run.name_the_run(resolved)
+    trackers.name_the_run(resolved)
     told = {
         "run_name": resolved.training.run_name,
         "project": resolved.training.project,
@@ -89,15 +89,15 @@ def test_trackers_name_the_run_unless_the_user_did(flags, env, expected, tmp_pat
     ],
 )
 def test_a_new_trackio_run_named_as_an_earlier_one_is_warned_of(flags, resuming, warned, tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(run, "_trackio_runs", lambda project: ["run-7"])
+    monkeypatch.setattr(trackers, "_trackio_runs", lambda project: ["run-7"])
     resolved = resolve(["--profile", "cpu", "--output_dir", str(tmp_path / "run-7"), "--report_to", "trackio", *flags])
-    run.name_the_run(resolved, resuming=resuming)
+    trackers.name_the_run(resolved, resuming=resuming)
     assert ("already holds a run named 'run-7'" in caplog.text) == warned
 
 
 def test_trackio_holds_no_runs_in_a_project_it_never_saw():
     pytest.importorskip("trackio")
-    assert run._trackio_runs("wordle-grpo-test-no-such-project") == []
+    assert trackers._trackio_runs("wordle-grpo-test-no-such-project") == []
 
 
 # --- the final evaluation ------------------------------------------------------------------------------

@@ -67,6 +67,11 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
         logger.warning("%s was made with other settings (%s); evaluating again", path, settings)
     if not resolved.quantized:  # quantized weights were placed on their device as they loaded
         model.to(resolved.training.device)  # where the Trainer would move it anyway
+    logger.info(
+        "playing the games before training: %d held-out secrets from %s",
+        resolved.script.eval_games,
+        ", ".join(resolved.script.eval_openings),
+    )
     before = _play(resolved, model, tokenizer, "before")
     base = []
     if resolved.script.adapter:  # the start is the adapter GRPO continues: the model without it plays too

@@ -140,6 +140,7 @@ def write_model_card(
     steps: int,
     eval_markdown_table: str | None = None,
     supervised_rows: str | None = None,
+    warning: str | None = None,
 ) -> Path:
     """Write ``out_dir/README.md``, replacing TRL's generic card, and return its path.
 
@@ -172,6 +173,11 @@ def write_model_card(
     blocks = [
         f"---\n{yaml.safe_dump(front, sort_keys=False)}---",
         f"# {out_dir.resolve().name}: a LoRA adapter that plays Wordle, trained with GRPO",
+        *(
+            [f"> **This run collapsed.** {warning[0].upper()}{warning[1:]}. This adapter is what the collapse left."]
+            if warning
+            else []
+        ),
         summary,
         "## Base model",
         _base_section(base_model, kind),

@@ -17,7 +17,7 @@ advantage 0, and it adds no loss token. So turn t's advantage is its total (its 
 its game's return) against the mean over the games still alive at turn t: a per-slot baseline
 that knows how far the game got. Rewards are scaled by the batch's std (or not at all), never the
 group's: a late slot with two live games would turn any difference into +-0.71
-(``settings.checks.game_objective``).
+(``settings.game.game_objective``).
 
 The trainer's sampler repeats each start state ``SLOTS x num_generations`` times, so the rows of a
 batch arrive whole (``WordleGRPOTrainer``); TRL passes only the prompts to ``rollout_func``, so the
@@ -40,9 +40,10 @@ from trl.trainer.utils import pad
 
 from runtime import distributed
 from settings.arguments import SLOTS
+from training.game_stats import game_rates, log_game_metrics
 from wordle import render_prompt, row_history, row_secret
 from wordle.decoding import Decoding
-from wordle.game import Game, GameView, count, play
+from wordle.game import Game, GameView, play
 from wordle.openings import OWN, RANDOM_ANSWER
 
 
@@ -323,45 +324,6 @@ def kept_rows(live: torch.Tensor, keep: int) -> torch.Tensor | None:
 def _rng_devices(trainer: Any) -> list:
     device = trainer.accelerator.device
     return [device] if device.type == "cuda" else []
-
-
-def game_rates(games: Sequence[Game], prefix: str = "game") -> dict[str, float]:
-    """``PREFIX/*`` metrics of a set of games: win rate, guesses per win, invalid and inconsistent rates, and the
-    share of guesses made with feedback in view that contradict it."""
-    c = count(games)
-    rates = {
-        f"{prefix}/win_rate": c.wins / max(c.games, 1),
-        f"{prefix}/invalid_rate": (c.format_failures + c.nonwords) / max(c.turns, 1),
-    }
-    if c.won_guesses:
-        rates[f"{prefix}/guesses"] = sum(c.won_guesses) / len(c.won_guesses)
-    if c.valid:
-        rates[f"{prefix}/inconsistent_rate"] = c.inconsistent / c.valid
-    if c.informed:
-        rates[f"{prefix}/contradiction_rate"] = c.inconsistent / c.informed
-    return rates
-
-
-def lone_turn_share(games: Sequence[Game], generations: int) -> float:
-    """The share of turns after the first that are the only live game of their start state's slot:
-    each such turn is its own group's mean, so it has advantage 0 and teaches nothing. (3.6% over the
-    main job's steps; pooling a slot's baseline over the step's start states did not help, docs/research-log.md.)"""
-    lone = later = 0
-    for first in range(0, len(games), generations):
-        lengths = [len(game.turns) for game in games[first : first + generations]]
-        for slot in range(1, max(lengths, default=0)):
-            live = sum(length > slot for length in lengths)
-            later += live
-            lone += live == 1
-    return lone / max(later, 1)
-
-
-def log_game_metrics(trainer: Any, games: Sequence[Game], generations: int) -> None:
-    # What TRL's completions/* metrics cannot say: how the games went (the trainer counts only live turns in
-    # those, WordleGRPOTrainer._count_live_turns). _log_metric averages over the logging interval and processes.
-    for name, value in game_rates(games).items():
-        trainer._log_metric(name, value)
-    trainer._log_metric("game/lone_turns", lone_turn_share(games, generations))
 
 
 class GameCheck:

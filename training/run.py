@@ -7,12 +7,9 @@ output directory's checkpoints and lock, the fit with its out-of-memory advice, 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +19,9 @@ import yaml
 from transformers import Trainer
 
 from models import memory
-from models.adapter import check_adapter, fingerprint
+from models.adapter import check_adapter
 from models.loading import (
     check_bitsandbytes,
-    damage,
     find_tokenizer,
     folds_system,
     merge_adapter,
@@ -35,10 +31,10 @@ from models.source import model_source
 from runtime import distributed
 from runtime.preemption import StopOnSignal
 from settings.arguments import CONFIG_FILE
-from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, check_cache_dir, check_writable
+from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV, check_cache_dir
 from settings.config import SFT, Resolved
 from settings.errors import ConfigError, Stopped, writing
-from settings.summary import summary, to_yaml
+from settings.summary import to_yaml
 from training.card import make_adapter_config_portable
 from training.data import (
     build_rows,
@@ -50,9 +46,13 @@ from training.data import (
     save_rows,
 )
 from training.handoff import signal_preview
+from training.health import Health, set_aside
+from training.output import TRAINER_STATE, check_output_dir, newest_checkpoint
+from training.record import RecordInCheckpoints, check_resume_fits, run_record, write_record
 from training.rollback import RollbackAdvisor
 from training.sft import check_sft_step
 from training.sft_data import load_sft_dataset
+from training.trackers import name_the_run, offline_wandb_unless_logged_in
 from wordle import train_secrets
 
 logger = logging.getLogger(__name__)
@@ -80,8 +80,7 @@ def plan(resolved: Resolved) -> Plan:
     check_bitsandbytes(resolved)
     if resolved.stage is SFT:
         check_supervised_rows(resolved)
-        out, checkpoint, done = check_output_dir(resolved)
-        return Plan(source, out, checkpoint, None, done)
+        return _with_output_dir(resolved, source, None)
     if resolved.training.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             'use_vllm needs vLLM, which is not installed: pip install -e ".[vllm]" (CPU: docs/several-gpus.md), or --use_vllm false'
@@ -98,7 +97,16 @@ def plan(resolved: Resolved) -> Plan:
     # --dataset's rows, else the rows this run builds: a start state per training secret, or --train_rows states
     built = len(train_secrets(script.secrets)) if game else script.train_rows
     check_rows_fill_a_step(built if rows is None else len(rows), resolved.training, game, script.dataset or None)
+    return _with_output_dir(resolved, source, rows)
+
+
+def _with_output_dir(resolved: Resolved, source: str, rows: list[dict] | None) -> Plan:
+    """The plan, once the output directory is checked: on --resume, the checkpoint must fit what the run asks for."""
     out, checkpoint, done = check_output_dir(resolved)
+    if resolved.script.resume and checkpoint is not None:
+        changed = check_resume_fits(resolved, source, checkpoint)
+        if changed:
+            resolved.notes.append(f"--resume from {checkpoint.name} with settings changed: {'; '.join(changed)}")
     return Plan(source, out, checkpoint, rows, done)
 
 
@@ -112,125 +120,6 @@ def check_supervised_rows(resolved: Resolved) -> None:
         except ValueError as exc:
             raise ConfigError(f"dataset {dataset}: {exc}") from None
     check_sft_step(rows, resolved.training, f"dataset {dataset}" if dataset else "--train_rows")
-
-
-@contextmanager
-def claimed(run: Plan) -> Iterator[None]:
-    """The output directory locked for this run (a second run into it is refused), and on the way out, whatever
-    happened, unlocked; a directory the run created and left empty is removed."""
-    created = outermost_missing(run.out)  # the lock creates it and any missing parent
-    lock = distributed.OutputLock(run.out)
-    if distributed.is_main() and not lock.acquire():
-        check_not_in_use(run.out)  # raises, naming the run that took it since plan()
-    try:
-        yield
-    finally:
-        lock.release()
-        if created is not None and distributed.is_main():
-            remove_empty(run.out, created)
-
-
-def outermost_missing(out: Path) -> Path | None:
-    """The outermost directory of ``out`` that does not exist yet (``outputs`` for a new ``outputs/cpu``)."""
-    return next((p for p in [*reversed(out.parents), out] if not p.exists()), None)
-
-
-def remove_empty(out: Path, top: Path) -> None:
-    """Remove ``out`` and its parents up to ``top`` while they are empty: what a run created and left unused."""
-    for directory in [out, *out.parents]:
-        if not directory.is_dir() or any(directory.iterdir()):
-            return
-        directory.rmdir()
-        if directory == top:
-            return
-
-
-def check_not_in_use(out: Path) -> None:
-    """A second live run into the same directory would interleave checkpoints and files with the first."""
-    pid = distributed.OutputLock(out).holder()
-    if pid is not None:
-        who = f"pid {pid}" if pid > 0 else "another process"
-        raise ConfigError(
-            f"{out} is in use by a live run ({who}): wait for it or stop it, or choose another --output_dir"
-        )
-
-
-TRAINER_STATE = "trainer_state.json"  # transformers writes it last of a checkpoint's files
-
-
-def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
-    """The newest checkpoint that was completely written, and its step.
-
-    transformers writes trainer_state.json last, so a run killed while saving (kill -9, power
-    loss) leaves a newest directory without it; resuming from that one would fail.
-    """
-    checkpoints = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    for path in sorted(checkpoints, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
-        try:
-            state = json.loads((path / TRAINER_STATE).read_text())
-        except (OSError, ValueError):
-            logger.warning("skipping %s: it was not completely written (the run stopped while saving)", path)
-            continue
-        # A copy cut short, or a disk error: resuming would fail deep in torch's or safetensors' loader.
-        broken = next(((f.name, why) for f in sorted(path.iterdir()) if (why := damage(f)) is not None), None)
-        if broken is not None:
-            logger.warning("skipping %s: its %s is damaged (%s)", path, *broken)
-            continue
-        return path, int(state.get("global_step", 0))
-    return None
-
-
-def check_output_dir(resolved: Resolved) -> tuple[Path, Path | None, bool]:
-    """The output directory, the checkpoint to resume from, and whether training there is complete.
-
-    Never trains over an earlier run's checkpoints by accident (that run would be lost), and never
-    past ``max_steps`` (transformers would run one more step on a finished run's last checkpoint).
-    """
-    script, max_steps = resolved.script, resolved.training.max_steps
-    out = Path(resolved.training.output_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--output_dir {out} is a file, not a directory: choose another --output_dir")
-    check_writable(out, "--output_dir")
-    if distributed.is_main():  # another process finds the lock its own main process may have taken already
-        check_not_in_use(out)
-    newest = newest_checkpoint(out) if out.is_dir() else None
-    saved = (out / "adapter_config.json").is_file() or (out / "model.safetensors").is_file()  # LoRA, or full
-    finished = (out / CONFIG_FILE).is_file() and saved
-    if finished:
-        trained_on = trained_model(out / CONFIG_FILE)
-        if trained_on != resolved.model.model_name_or_path:
-            raise ConfigError(
-                f"{out} holds a run of {trained_on}, not {resolved.model.model_name_or_path}: pass --model {trained_on}"
-            )
-    done = newest is not None and newest[1] >= max_steps > 0
-    if script.merge and finished and (done or not script.resume):
-        return out, None, True  # merge the finished run's adapter; train nothing
-    if script.resume and newest is None:
-        raise ConfigError(f"--resume: no complete checkpoint in {out}; run without --resume to start afresh")
-    if not script.resume and newest is not None:
-        if finished:
-            hint = "pass --merge to merge its adapter, or --resume with a higher --max_steps"
-        elif newest[1] == max_steps:
-            hint = f"it reached max_steps ({max_steps}) but stopped before saving its adapter: pass --resume to save it"
-        else:
-            hint = "pass --resume to continue"
-        raise ConfigError(
-            f"{out} already holds checkpoints (newest {newest[0].name}); {hint}, or choose another --output_dir"
-        )
-    if done and not finished:  # --resume (asked for above): save its adapter and play the games after (fit)
-        return out, newest[0], False
-    return out, newest[0] if newest else None, done
-
-
-def trained_model(config: Path) -> str:
-    """The model a finished run in this directory trained, from its run configuration."""
-    try:
-        return yaml.safe_load(config.read_text())["model"]["name_or_path"]
-    except (yaml.YAMLError, UnicodeDecodeError, TypeError, KeyError):
-        raise ConfigError(
-            f"{config} is not a run's configuration (no model section): restore it, or remove it and rerun with "
-            "--resume to save the run again"
-        ) from None
 
 
 def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
@@ -270,70 +159,6 @@ def training_rows(resolved: Resolved, run: Plan) -> list[dict]:
     if leaked:
         logger.warning("%d rows use held-out evaluation secrets: evaluation on them will overstate skill", leaked)
     return rows
-
-
-# The project trackers file a run under, unless the user names one: transformers' default is "huggingface" for all.
-PROJECT = "wordle-grpo"
-HF_DEFAULT_PROJECT = "huggingface"  # TrainingArguments.project's default: counts as not set
-
-
-def name_the_run(resolved: Resolved, resuming: bool = False) -> None:
-    """Trackers file the run under ``wordle-grpo``, named after its output directory, unless the user named them.
-
-    transformers (5.x) gives trackio ``args.project`` and ``args.run_name`` (none: a random name), wandb
-    ``$WANDB_PROJECT`` and ``args.run_name``. A named run also lets trackio, which transformers closes at the end
-    of training, reopen the same run for the final evaluation (``training.before_after``) instead of a new one.
-    TensorBoard needs nothing: it writes under ``output_dir/runs/`` unless ``$TENSORBOARD_LOGGING_DIR`` says
-    otherwise.
-    """
-    args = resolved.training
-    if not args.report_to:
-        return
-    wandb = "wandb" in args.report_to
-    named = args.run_name is not None
-    if not named:
-        # wandb's own variable for the name would lose to an explicit run_name, so it is the user's choice here.
-        chosen = os.environ.get("WANDB_NAME") if wandb else None
-        args.run_name = chosen or Path(args.output_dir).resolve().name
-    if args.project == HF_DEFAULT_PROJECT:
-        # Neither transformers nor trackio reads TRACKIO_PROJECT itself; a user who set it meant it.
-        args.project = os.environ.get("TRACKIO_PROJECT", PROJECT)
-    if wandb:
-        os.environ.setdefault("WANDB_PROJECT", PROJECT)
-    projects = (("trackio", args.project), ("wandb", os.environ.get("WANDB_PROJECT")))
-    where = [f"{tracker} project {project!r}" for tracker, project in projects if tracker in args.report_to]
-    logger.info("tracking run %r%s", args.run_name, "".join(f", {w}" for w in where))
-    if "trackio" in args.report_to and not (named or resuming) and args.run_name in _trackio_runs(args.project):
-        # trackio continues a run of the same name: a new run into a directory named as an earlier one's would
-        # add its steps to that run's curves.
-        logger.warning(
-            "trackio: project %r already holds a run named %r, and this run's logs will continue it: pass "
-            "--run_name to keep them apart",
-            args.project,
-            args.run_name,
-        )
-
-
-def _trackio_runs(project: str) -> list[str]:
-    """The names of the runs this machine's trackio holds in ``project`` (none: a project not yet created)."""
-    import trackio  # only a run that reports to trackio needs it
-
-    try:
-        return [run.name for run in trackio.Api().runs(project)]
-    except ValueError:  # trackio's answer for a project it does not hold
-        return []
-
-
-def offline_wandb_unless_logged_in(resolved: Resolved) -> None:
-    """wandb would otherwise stop to ask for a login; runs stay offline (``wandb sync`` later) unless the user has one."""
-    logged_in = os.environ.get("WANDB_API_KEY") or "api.wandb.ai" in _read(Path.home() / ".netrc")
-    if "wandb" in resolved.training.report_to and not logged_in and "WANDB_MODE" not in os.environ:
-        os.environ["WANDB_MODE"] = "offline"
-        logger.info("wandb: no login found, logging offline under ./wandb (upload later with `wandb sync`)")
-
-
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def merge(resolved: Resolved, run: Plan) -> None:
@@ -407,8 +232,14 @@ def dataset(resolved: Resolved, run: Plan, model, tokenizer) -> datasets.Dataset
     return rows
 
 
-def fit(resolved: Resolved, trainer: Trainer, checkpoint: Path | None) -> None:
-    """GRPO, resumed from ``checkpoint`` if given; running out of memory is one line that says what to lower."""
+def fit(resolved: Resolved, trainer: Trainer, run: Plan) -> Health:
+    """The stage's training, resumed from the plan's checkpoint if any; running out of memory is one line that says
+    what to lower. Each checkpoint holds the run's record, which a --resume compares with what it asks for, and every
+    log is watched for a run in trouble (``training.health``), whose finding is returned."""
+    checkpoint = run.checkpoint
+    trainer.add_callback(RecordInCheckpoints(run_record(resolved, run.source)))
+    health = Health(resolved.training.learning_rate, getattr(resolved.script, "stop_on_collapse", False))
+    trainer.add_callback(health)
     if checkpoint is not None and trainer.state.load_from_json(str(checkpoint / TRAINER_STATE)).global_step >= (
         trainer.args.max_steps
     ):
@@ -417,7 +248,7 @@ def fit(resolved: Resolved, trainer: Trainer, checkpoint: Path | None) -> None:
         trainer._load_from_checkpoint(str(checkpoint))
         trainer.state = trainer.state.load_from_json(str(checkpoint / TRAINER_STATE))
         logger.info("%s reached max_steps: saving its adapter, training nothing", checkpoint)
-        return
+        return health
     stop = StopOnSignal()
     trainer.add_callback(stop)
     stop.listen()
@@ -440,6 +271,34 @@ def fit(resolved: Resolved, trainer: Trainer, checkpoint: Path | None) -> None:
             f"{trainer.args.output_dir}; to finish: {again}",
             128 + stop.signal,
         )
+    if health.collapsed_at is not None:
+        trainer.log({"health/collapsed_at": float(health.collapsed_at)})  # every tracker, and the log history
+        if health.stop_on_collapse:
+            raise Stopped(_collapse_line(resolved, run.out, health), COLLAPSED)
+    return health
+
+
+COLLAPSED = 3  # the exit code of a run stopped by --stop_on_collapse
+
+
+def _collapse_line(resolved: Resolved, out: Path, health: Health) -> str:
+    """What a run stopped by its collapse says: the step, the checkpoints set aside, and how to go on from the last
+    healthy one (with a learning rate ten times lower, the likely cause's cure)."""
+    moved = set_aside(out, health.last_healthy) if distributed.is_main() else []
+    distributed.barrier()
+    newest = newest_checkpoint(out)
+    lower = f"{health.learning_rate / 10:g}"
+    argv = [a for a in resolved.argv if a != "--resume"]
+    if "--learning_rate" in argv:
+        argv[argv.index("--learning_rate") + 1] = lower
+    else:
+        argv += ["--learning_rate", lower]
+    aside = f"; set aside {', '.join(moved)}" if moved else ""
+    if newest is None:
+        go_on = f"no checkpoint was saved before it: start again with a lower learning rate: {shlex.join(['python', resolved.stage.entry, *argv])}"
+    else:
+        go_on = f"continue from {newest[0].name} with a lower learning rate: {shlex.join(['python', resolved.stage.entry, *argv, '--resume'])}"
+    return f"{health.describe()}; stopped by --stop_on_collapse, no adapter saved{aside}; {go_on}"
 
 
 def save(resolved: Resolved, run: Plan, trainer: Trainer, tokenizer) -> None:
@@ -451,9 +310,7 @@ def save(resolved: Resolved, run: Plan, trainer: Trainer, tokenizer) -> None:
         if resolved.model.use_peft:
             make_adapter_config_portable(out, resolved.model.model_name_or_path)
         tokenizer.save_pretrained(str(out))
-        config = summary(resolved)
-        config["model"]["fingerprint"] = fingerprint(run.source, resolved.model.model_revision)
-        (out / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=120))
+        write_record(run_record(resolved, run.source), out)
         what = "LoRA adapter" if resolved.model.use_peft else "fully fine-tuned model (load it with --model)"
         logger.info("saved the %s, tokenizer and %s to %s", what, CONFIG_FILE, out)
         if resolved.script.merge:  # one full unquantized model, loaded once, after the adapter is complete

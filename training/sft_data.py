@@ -341,10 +341,10 @@ def check_sft_row(index: int, row: dict[str, Any]) -> None:
 def check_budget(data: datasets.Dataset, tokenizer: Any, budget: Budget, source: str) -> None:
     """ConfigError when a reply of ``data`` takes more than the budget's cap with this tokenizer."""
     counts = _token_counts(tokenizer, [completion_text(c) for c in data["completion"]])
-    worst = int(np.argmax(counts))
-    if counts[worst] > budget.cap:
+    over = [i for i, n in enumerate(counts) if n > budget.cap]
+    if over:
         raise ConfigError(
-            f"dataset {source}: row {worst + 1}'s reply takes {counts[worst]} tokens with this tokenizer, over "
-            f"{budget.cap} (max_completion_length {budget.tokens} less 8): rebuild it for this budget (another "
-            "--dataset path), or raise --max-completion"
+            f"dataset {source}: row {over[0] + 1}'s reply takes {counts[over[0]]} tokens with this tokenizer, over "
+            f"{budget.cap} (max_completion_length {budget.tokens} less 8), and {len(over)} of {len(counts)} rows are: "
+            "rebuild it for this budget (another --dataset path), or raise --max-completion"
         )

@@ -19,7 +19,6 @@ import runtime.quiet  # noqa: F401  first: it must precede any import of bitsand
 
 # isort: split
 import logging
-import os
 import shlex
 import sys
 
@@ -33,11 +32,10 @@ from rewards import get_reward_funcs
 from runtime import distributed
 from runtime.device import MpsCacheCallback
 from runtime.preemption import Interrupted, deferred, interruptible
-from settings.arguments import DASHED, ScriptArguments
-from settings.cli import brief, help_requested, run_cli, setup_logging
+from settings.arguments import ScriptArguments
+from settings.cli import brief, entry_main
 from settings.config import Resolved, help_defaults, make_parser, resolve
 from settings.errors import writing
-from settings.summary import to_yaml
 from training.before_after import card_evaluation, evaluate_end, evaluate_start
 from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
@@ -45,7 +43,7 @@ from training.output import claimed
 from training.phases import Phases
 from training.rollback import RollbackAdvisor
 from training.rollout import GameCheck, GameRollout
-from training.run import Plan, dataset, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
+from training.run import Plan, dataset, fit, log_memory_estimate, merge, plan, prepare, save, start
 from training.trainer import WordleGRPOTrainer
 from wordle import spread, train_secrets
 
@@ -67,46 +65,15 @@ TRL_OPTIONS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
-
-    def full(defaults) -> str:
-        return make_parser(defaults).format_help()
-
-    asked = []  # help reads the profile: a bad one is the same one-line error as in a run
-    code = run_cli(
-        lambda: asked.append(
-            help_requested(
-                argv,
-                __doc__,
-                ScriptArguments,
-                config_line,
-                full=full,
-                more=brief(GRPOConfig, TRL_OPTIONS),
-                defaults=lambda: help_defaults(argv),
-                dashed=DASHED,
-            )
-        )
+    return entry_main(
+        argv,
+        __doc__,
+        ScriptArguments,
+        more=brief(GRPOConfig, TRL_OPTIONS),
+        full=lambda defaults: make_parser(defaults).format_help(),
+        defaults=lambda: help_defaults(argv),
+        body=lambda: start(resolve(argv), train),
     )
-    if code or asked[0]:
-        return code
-    setup_logging()
-    return run_cli(lambda: _main(argv))
-
-
-def _main(argv: list[str]) -> None:
-    resolved = resolve(argv)
-    if resolved.script.dry_run:
-        if os.environ.get("RANK", "0") != "0":  # under torchrun: one preview, not one per process
-            return
-        dry_run(resolved)
-        return
-    distributed.setup(resolved.training)  # several processes: only the main one logs INFO and writes
-    run = plan(resolved)  # every input checked before anything slow runs or anything is written
-    logger.info("resolved configuration:\n%s", to_yaml(resolved))
-    train(resolved, run)
-
-
-# --- resolve: profile, --config and the command line, checked before anything slow -----------------------
 
 
 # --- the run: load, data, evaluate, trainer, train, save, evaluate ------------------------------------------

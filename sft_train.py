@@ -20,7 +20,6 @@ import runtime.quiet  # noqa: F401  first: it must precede any import of bitsand
 
 # isort: split
 import logging
-import os
 import shlex
 import sys
 
@@ -30,17 +29,16 @@ from models.loading import load_model, load_tokenizer
 from runtime import distributed
 from runtime.device import MpsCacheCallback
 from runtime.preemption import Interrupted, deferred, interruptible
-from settings.arguments import DASHED, SFTArguments
-from settings.cli import brief, help_requested, run_cli, setup_logging
+from settings.arguments import SFTArguments
+from settings.cli import brief, entry_main
 from settings.config import SFT, Resolved, help_defaults, make_parser, resolve
 from settings.errors import writing
-from settings.summary import to_yaml
 from training.card import PortableCheckpoints, write_model_card
 from training.data import check_reply_fits
 from training.output import claimed
 from training.phases import Phases
 from training.rollback import RollbackAdvisor
-from training.run import Plan, dry_run, fit, log_memory_estimate, merge, plan, prepare, save
+from training.run import Plan, fit, log_memory_estimate, merge, plan, prepare, save, start
 from training.sft import WordleSFTTrainer, data_dir, make_sft_trainer, supervised_rows
 
 logger = logging.getLogger("sft_train")
@@ -59,39 +57,15 @@ SFT_OPTIONS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    config_line = ["  --config FILE             a YAML file of any options, between the profile and the command line"]
-    asked = []  # help reads the profile: a bad one is the same one-line error as in a run
-    code = run_cli(
-        lambda: asked.append(
-            help_requested(
-                argv,
-                __doc__,
-                SFTArguments,
-                config_line,
-                full=lambda defaults: make_parser(defaults, stage=SFT).format_help(),
-                more=brief(SFTConfig, SFT_OPTIONS),
-                defaults=lambda: help_defaults(argv, stage=SFT),
-                dashed=DASHED,
-            )
-        )
+    return entry_main(
+        argv,
+        __doc__,
+        SFTArguments,
+        more=brief(SFTConfig, SFT_OPTIONS),
+        full=lambda defaults: make_parser(defaults, stage=SFT).format_help(),
+        defaults=lambda: help_defaults(argv, stage=SFT),
+        body=lambda: start(resolve(argv, stage=SFT), train),
     )
-    if code or asked[0]:
-        return code
-    setup_logging()
-    return run_cli(lambda: _main(argv))
-
-
-def _main(argv: list[str]) -> None:
-    resolved = resolve(argv, stage=SFT)
-    if resolved.script.dry_run:
-        if os.environ.get("RANK", "0") != "0":  # under torchrun: one preview, not one per process
-            return
-        dry_run(resolved)
-        return
-    distributed.setup(resolved.training)
-    run = plan(resolved)  # every input checked before anything slow runs or anything is written
-    logger.info("resolved configuration:\n%s", to_yaml(resolved))
-    train(resolved, run)
 
 
 def train(resolved: Resolved, run: Plan | None = None) -> WordleSFTTrainer | None:

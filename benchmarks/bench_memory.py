@@ -2,6 +2,7 @@
 
     python benchmarks/bench_memory.py                   # every row of docs/memory.md's table
     python benchmarks/bench_memory.py --rows tiny s     # some of them
+    python benchmarks/bench_memory.py --stage sft       # the supervised stage (sft_train.py) on the same shapes
 
 Each row is a real training run of ``--max_steps 2`` (``--skip_eval true``) in a fresh process,
 on the embedded model or on a random-weight Qwen2 of the row's shape saved beside Qwen's real
@@ -48,15 +49,32 @@ ROWS = {
 }
 
 
-def measure(name: str, work: Path, profile: str, extra: list[str]) -> tuple[float, float]:
-    shape, flags = ROWS[name]
+# The supervised stage (--stage sft): the same shapes, with its own flags (no generation: the rows of a step).
+SFT_ROWS = {
+    "q64": (ROWS["q64"][0], []),
+    "s": (ROWS["s"][0], []),
+    "m": (ROWS["m"][0], []),
+    "m-ckpt": (ROWS["m"][0], ["--gradient_checkpointing", "true"]),
+    "m-full": (ROWS["m"][0], ["--use_peft", "false"]),
+    "0.5b": (ROWS["0.5b"][0], ["--per_device_train_batch_size", "2"]),
+}
+
+
+def measure(name: str, work: Path, profile: str, extra: list[str], stage: str = "grpo") -> tuple[float, float]:
+    shape, flags = (ROWS if stage == "grpo" else SFT_ROWS)[name]
     model = "tiny"
     if shape is not None:  # in a child: Linux hands a parent's peak RSS on to the processes it starts
         model = str(work / f"model-{name}")
-        subprocess.run([sys.executable, __file__, "--build", model, *map(str, shape)], check=True, capture_output=True)
-    out = work / f"run-{name}"
-    args = [sys.executable, str(ROOT / "grpo_train.py"), "--profile", profile, "--model", model, "--max_steps", "2"]
-    args += ["--skip_eval", "true", "--save_steps", "2", "--output_dir", str(out), *flags, *extra]
+        if not Path(model).is_dir():
+            subprocess.run(
+                [sys.executable, __file__, "--build", model, *map(str, shape)], check=True, capture_output=True
+            )
+    out = work / f"run-{stage}-{name}"
+    script = "grpo_train.py" if stage == "grpo" else "sft_train.py"
+    args = [sys.executable, str(ROOT / script), "--profile", profile, "--model", model, "--max_steps", "2"]
+    args += ["--save_steps", "2", "--output_dir", str(out), *flags, *extra]
+    # GRPO skips its games; the supervised stage builds the rows two steps take (the profile's 16 rows a step).
+    args += ["--skip_eval", "true"] if stage == "grpo" else ["--train_rows", "64"]
     dry = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, check=True, cwd=ROOT)
     estimate = yaml.safe_load(dry.stdout)["memory_estimate"]
     subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT)
@@ -81,7 +99,8 @@ def preview_3b(profile: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), help="default: every row of the stage")
+    parser.add_argument("--stage", choices=("grpo", "sft"), default="grpo", help="grpo_train.py or sft_train.py")
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("extra", nargs="*", help="flags for grpo_train.py, after --")
     parser.add_argument("--preview-3b", action="store_true", help="only print the Qwen2.5-3B estimates (mps, cuda)")
@@ -96,10 +115,11 @@ def main() -> None:
         return
     print("| model | flags | estimate (GiB) | measured (GiB) | estimate / measured |")
     print("|---|---|---|---|---|")
+    rows = a.rows or list(ROWS if a.stage == "grpo" else SFT_ROWS)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in a.rows:
-            estimate, measured = measure(name, Path(tmp), a.profile, a.extra)
-            flags = " ".join(ROWS[name][1]) or "profile defaults"
+        for name in rows:
+            estimate, measured = measure(name, Path(tmp), a.profile, a.extra, a.stage)
+            flags = " ".join((ROWS if a.stage == "grpo" else SFT_ROWS)[name][1]) or "profile defaults"
             print(f"| {name} | {flags} | {estimate:.3f} | {measured:.3f} | {estimate / measured:.2f} |", flush=True)
 
 

@@ -273,39 +273,29 @@ def report(shape: Shape, run: Run, device: str, runtime: int) -> dict[str, Any]:
 def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
     """The :class:`Run` of a resolved configuration, per device: every process holds the same."""
     t, m, s = resolved.training, resolved.model, resolved.script
+    common = {
+        "dtype": str(m.dtype or "float32"),
+        "load_in_4bit": bool(m.load_in_4bit),
+        "double_quant": bool(m.use_bnb_nested_quant),
+        "lora_r": m.lora_r if m.use_peft else None,
+        "lora_targets": tuple(m.lora_target_modules or ()),
+        "optim": str(getattr(t.optim, "value", t.optim)),
+        "batch": t.per_device_train_batch_size,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": resolved.reply_budget,
+        "checkpointing": bool(t.gradient_checkpointing),
+        "triton": s.device in ("cuda", "rocm"),
+    }
     if resolved.stage is SFT:  # no generation: a micro-batch of rows, each a prompt and a reply within the budget
-        return Run(
-            dtype=str(m.dtype or "float32"),
-            load_in_4bit=bool(m.load_in_4bit),
-            double_quant=bool(m.use_bnb_nested_quant),
-            lora_r=m.lora_r if m.use_peft else None,
-            lora_targets=tuple(m.lora_target_modules or ()),
-            optim=str(getattr(t.optim, "value", t.optim)),
-            batch=t.per_device_train_batch_size,
-            generation_batch=0,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=resolved.reply_budget,
-            checkpointing=bool(t.gradient_checkpointing),
-            triton=s.device in ("cuda", "rocm"),
-        )
+        return Run(**common, generation_batch=0)
     per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
     # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.
     sequences = per_device_generation // SLOTS if s.rollout.plays_games else per_device_generation
     vllm_fraction = t.vllm_gpu_memory_utilization if t.use_vllm and t.vllm_mode == "colocate" else 0.0
     return Run(
-        dtype=str(m.dtype or "float32"),
-        load_in_4bit=bool(m.load_in_4bit),
-        double_quant=bool(m.use_bnb_nested_quant),
-        lora_r=m.lora_r if m.use_peft else None,
-        lora_targets=tuple(m.lora_target_modules or ()),
-        optim=str(getattr(t.optim, "value", t.optim)),
+        **common,
         beta=t.beta,
-        batch=t.per_device_train_batch_size,
         generation_batch=max(sequences, 1),
-        prompt_tokens=prompt_tokens,
-        completion_tokens=t.max_completion_length,
-        checkpointing=bool(t.gradient_checkpointing),
-        triton=s.device in ("cuda", "rocm"),
         vllm_fraction=vllm_fraction,
         vllm_sleep=bool(t.vllm_enable_sleep_mode),
         # Only with a colocated vLLM: without one the estimate's note would name a vLLM the run does not start.

@@ -23,6 +23,7 @@ from rich.logging import RichHandler
 from tqdm import tqdm
 
 from runtime.preemption import Interrupted
+from settings.arguments import DASHED
 from settings.errors import ConfigError, Stopped, disk_full_line, is_disk_full
 
 HELP_ALL = "--help-all"
@@ -118,6 +119,32 @@ def help_requested(
         lines += ["", f"{HELP_ALL}: every option, including each TRL GRPOConfig and ModelConfig field."]
     print("\n".join(lines))
     return True
+
+
+CONFIG_LINE = "  --config FILE             a YAML file of any options, between the profile and the command line"
+
+
+def entry_main(
+    argv: Sequence[str],
+    doc: str,
+    own: type,
+    more: Sequence[Any],
+    full: Callable[[Any], str],
+    defaults: Callable[[], Any],
+    body: Callable[[], object],
+) -> int:
+    """An entry script's main: its help when asked (the profile's defaults read, so a bad profile is the same one-line
+    error as in a run), else the logging set up and ``body`` run under :func:`run_cli`."""
+    asked = []
+    code = run_cli(
+        lambda: asked.append(
+            help_requested(argv, doc, own, [CONFIG_LINE], full=full, more=more, defaults=defaults, dashed=DASHED)
+        )
+    )
+    if code or asked[0]:
+        return code
+    setup_logging()
+    return run_cli(body)
 
 
 def run_cli(body: Callable[[], object], then: str = "rerun with --resume") -> int:

@@ -1024,7 +1024,7 @@ def test_evaluate_help_says_every_default_even_where_the_help_speaks_of_defaults
 
 
 def test_the_entry_scripts_import_runtime_quiet_before_any_library():
-    for script in ("grpo_train.py", "evaluate.py"):
+    for script in ("grpo_train.py", "sft_train.py", "evaluate.py"):
         first = [line for line in (ROOT / script).read_text().splitlines() if line.startswith(("import ", "from "))]
         assert first[1].startswith("import runtime.quiet"), script  # after "from __future__ import annotations"
 

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Lowest first. A package may import its own modules and any package before it, never one after it.
 LAYERS = ("wordle", "rewards", "evaluation", "tinymodel", "runtime", "settings", "models", "training")
-ENTRY_SCRIPTS = ("grpo_train.py", "evaluate.py")
+ENTRY_SCRIPTS = ("grpo_train.py", "sft_train.py", "evaluate.py")
 # Benchmarks and research probes stand on the packages, like a user's script; nothing imports them.
 CONSUMERS = ("benchmarks", "research")
 

@@ -10,6 +10,7 @@ import importlib.util
 import logging
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +181,19 @@ def prepare(resolved: Resolved, run: Plan) -> None:
         reloadable_vllm_cpu_weights()
     if resolved.script.torch_threads:
         torch.set_num_threads(resolved.script.torch_threads)
+
+
+def start(resolved: Resolved, train: Callable[[Resolved, Plan], object]) -> None:
+    """An entry script's run: the dry run's preview (one, under torchrun), or the processes set up, every input
+    checked before anything slow runs or anything is written, the resolved configuration logged, and ``train``."""
+    if resolved.script.dry_run:
+        if os.environ.get("RANK", "0") == "0":
+            dry_run(resolved)
+        return
+    distributed.setup(resolved.training)  # several processes: only the main one logs INFO and writes
+    run = plan(resolved)
+    logger.info("resolved configuration:\n%s", to_yaml(resolved))
+    train(resolved, run)
 
 
 def dry_run(resolved: Resolved) -> None:

@@ -93,20 +93,12 @@ class WordleSFTTrainer(Watched, SFTTrainer):
     """TRL's SFTTrainer, watched (``training.watch``), with each step's wall time and the periodic games."""
 
     def __init__(self, *args, check: GameCheck | None = None, check_steps: int = 0, **kwargs) -> None:
-        self.check, self.check_steps = check, check_steps
         super().__init__(*args, **kwargs)
         self.add_callback(_StepTime(self))
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RunProgress(format_sft_log))
-        if check is not None and check_steps:
-            self.add_callback(_CheckAtStart(self))
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        step = self.state.global_step
-        if "loss" in logs and self.check is not None and self.check_steps and step % self.check_steps == 0:
-            logs.update(self.check(self))
-        super().log(logs, start_time)
+        self.watch_games(check, check_steps)
 
 
 class _StepTime(TrainerCallback):
@@ -123,17 +115,6 @@ class _StepTime(TrainerCallback):
         if self.started is not None:
             self.trainer._metrics["train"]["step_time"].append(time.perf_counter() - self.started)
             self.started = None
-
-
-class _CheckAtStart(TrainerCallback):
-    """The validation games once before the first step, so the learning curve starts at step 0."""
-
-    def __init__(self, trainer: WordleSFTTrainer) -> None:
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            self.trainer.log(self.trainer.check(self.trainer))
 
 
 def format_sft_log(logs: dict[str, float], step: int, max_steps: int, device: str = "cpu") -> str | None:

@@ -50,7 +50,7 @@ class WordleGRPOTrainer(Watched, GRPOTrainer):
         merged_generation: bool = False,
         **kwargs,
     ) -> None:
-        self.game_rollout, self.check, self.check_steps = rollout, check, check_steps
+        self.game_rollout = rollout
         self._scoring: GameBatch | None = None  # the generation batch whose scoring pass runs now
         if rollout is not None:
             # TRL warns once that rollout_func is experimental; this project pins the TRL it was built on.
@@ -68,8 +68,7 @@ class WordleGRPOTrainer(Watched, GRPOTrainer):
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RunProgress(format_log))
-        if check is not None and check_steps:
-            self.add_callback(_CheckAtStart(self))
+        self.watch_games(check, check_steps)
 
     def _get_train_sampler(self, dataset=None):
         if self.game_rollout is None:
@@ -210,12 +209,6 @@ class WordleGRPOTrainer(Watched, GRPOTrainer):
             finally:
                 self._scoring = None
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        step = self.state.global_step
-        if "loss" in logs and self.check is not None and self.check_steps and step % self.check_steps == 0:
-            logs.update(self.check(self))
-        super().log(logs, start_time)
-
 
 class StepClock(TrainerCallback):
     """Where each optimizer step's wall time goes, as ``time/generation``, ``time/scoring`` and ``time/update``
@@ -330,17 +323,6 @@ def trim_padding(batch: dict) -> dict:
         if per_token and key not in ("prompt_ids", "prompt_mask"):
             out[key] = value[:, :end]
     return out
-
-
-class _CheckAtStart(TrainerCallback):
-    """The periodic game check once before the first step, so the learning curve starts at step 0."""
-
-    def __init__(self, trainer: WordleGRPOTrainer) -> None:
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            self.trainer.log(self.trainer.check(self.trainer))
 
 
 _GAME_PARTS = (("guesses", "guesses"), ("invalid_rate", "invalid"), ("contradiction_rate", "contradict"))

@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from transformers import ProgressCallback
+from transformers import ProgressCallback, TrainerCallback
 
 from runtime import distributed
 from runtime.device import peak_memory_mb
@@ -20,12 +20,25 @@ REFERENCE = "ref"  # the adapter name TRL gives its reference copy of a continue
 
 
 class Watched:
-    """A mixin before TRL's trainer class: ``class WordleGRPOTrainer(Watched, GRPOTrainer)``."""
+    """A mixin before TRL's trainer class: ``class WordleGRPOTrainer(Watched, GRPOTrainer)``. ``watch_games(check,
+    steps)`` adds validation games (a ``training.rollout.GameCheck``) to the logs every ``steps`` steps, and once
+    before the first: the learning curve."""
+
+    check: Callable | None = None
+    check_steps = 0
+
+    def watch_games(self, check: Callable | None, steps: int) -> None:
+        self.check, self.check_steps = check, steps
+        if check is not None and steps:
+            self.add_callback(_CheckAtStart(self))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
             # The fullest process, on the device it trains on (use_cpu on a GPU machine measures RSS).
             logs["peak_memory_mb"] = distributed.max_over_processes(peak_memory_mb(self.args.device.type))
+            step = self.state.global_step
+            if self.check is not None and self.check_steps and step % self.check_steps == 0:
+                logs.update(self.check(self))
         super().log(logs, start_time)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
@@ -84,3 +97,14 @@ class RunProgress(ProgressCallback):
             super().on_log(args, state, control, logs=logs, **kwargs)
         else:
             self.training_bar.write(line)
+
+
+class _CheckAtStart(TrainerCallback):
+    """The periodic game check once before the first step, so the learning curve starts at step 0."""
+
+    def __init__(self, trainer: Watched) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self.trainer.log(self.trainer.check(self.trainer))

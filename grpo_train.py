@@ -100,7 +100,8 @@ def train(resolved: Resolved, run: Plan | None = None) -> WordleGRPOTrainer | No
 def _train(resolved: Resolved, run: Plan, phases: Phases) -> WordleGRPOTrainer:
     prepare(resolved, run)
     # Load: the tokenizer first, so that a reply limit it cannot hold fails before the weights load.
-    tokenizer = load_tokenizer(run.source, resolved)
+    # With --adapter, the tokenizer saved beside it: the one the supervised stage trained with.
+    tokenizer = load_tokenizer(resolved.script.adapter or run.source, resolved)
     check_reply_fits(tokenizer, resolved.training.max_completion_length)
     log_memory_estimate(resolved, run.source, tokenizer)
     model = load_model(run.source, resolved)
@@ -141,6 +142,7 @@ def _train(resolved: Resolved, run: Plan, phases: Phases) -> WordleGRPOTrainer:
             steps=trainer.state.global_step,
             eval_markdown_table=None if results is None else card_evaluation(results),
             warning=None if health.collapsed_at is None else health.describe(),
+            continues=resolved.script.adapter,
         )
     if health.collapsed_at is not None:  # --stop_on_collapse false: trained on, and said so at the end too
         logger.warning("this run collapsed, and its adapter is what the collapse left: %s", health.describe())

@@ -74,7 +74,7 @@ def measure(name: str, work: Path, profile: str, extra: list[str], stage: str = 
     args = [sys.executable, str(ROOT / script), "--profile", profile, "--model", model, "--max_steps", "2"]
     args += ["--save_steps", "2", "--output_dir", str(out), *flags, *extra]
     # GRPO skips its games; the supervised stage builds the rows two steps take (the profile's 16 rows a step).
-    args += ["--skip_eval", "true"] if stage == "grpo" else ["--train_rows", "64"]
+    args += ["--skip_eval", "true"] if stage == "grpo" else ["--train_rows", "64", "--logging_steps", "1"]
     dry = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, check=True, cwd=ROOT)
     estimate = yaml.safe_load(dry.stdout)["memory_estimate"]
     subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT)

@@ -153,7 +153,9 @@ def main() -> None:
         views = [GameView(tuple(map(tuple, r["past_guess_history"])), 1) for r in rows]
         replies = player.replies(views)
         parsed = [parse_completion(r) for r in replies]
-        tokens = [len(tok(r, add_special_tokens=False)["input_ids"]) + 1 for r in replies]
+        # Generated tokens, the end of turn included; a reply that never ended took the whole budget (clipped).
+        tokens = [min(len(tok(r, add_special_tokens=False)["input_ids"]) + 1, budget.tokens) for r in replies]
+        clipped = sum(parse_completion(r) is None and n == budget.tokens for r, n in zip(replies, tokens, strict=True))
         named = sum(p == r["guess"] for p, r in zip(parsed, rows, strict=True))
         exact = sum(reply == r["completion"][0]["content"] for reply, r in zip(replies, rows, strict=True))
         kl_base = kl_to_base(model, tok, rows[:16], temperature=1.0, max_new_tokens=budget.tokens, seed=a.seed)
@@ -180,8 +182,8 @@ def main() -> None:
     print(f"| ... that name the row's guess | {named}/{len(rows)} |")
     print(f"| ... that are the row's reply, word for word | {exact}/{len(rows)} |")
     print(
-        f"| reply tokens, end of turn included: median, max (budget {budget.tokens}) | "
-        f"{statistics.median(tokens):g}, {max(tokens)} |"
+        f"| reply tokens, end of turn included: median (budget {budget.tokens}); replies cut off at it | "
+        f"{statistics.median(tokens):g}; {clipped}/{len(rows)} |"
     )
     print(
         f"| GRPO step 1 from the adapter, beta 0.04: logged KL (reference: the supervised adapter) | {step['kl']:.6f} |"

@@ -287,7 +287,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         "triton": s.device in ("cuda", "rocm"),
     }
     if resolved.stage is SFT:  # no generation: a micro-batch of rows, each a prompt and a reply within the budget
-        return Run(**common, generation_batch=0)
+        return Run(**{**common, "completion_tokens": min(resolved.reply_budget, SFT_REPLY_TOKENS)}, generation_batch=0)
     per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
     # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.
     sequences = per_device_generation // SLOTS if s.rollout.plays_games else per_device_generation
@@ -305,6 +305,10 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         merged_copy=s.merged_generation,
     )
 
+
+# The teacher's richest reply, whatever the budget: 120 tokens at most under Qwen's tokenizer, end of turn included
+# (20,000 rows, benchmarks/bench_sft_rows.py --budgets 256); a supervised row's reply never grows past it.
+SFT_REPLY_TOKENS = 128
 
 # The longest game prompt is 216 tokens with Qwen's BPE and 237 with Mistral's (and Llama-2's)
 # SentencePiece, which spends three byte tokens on each ✓: without a tokenizer, assume a little more.

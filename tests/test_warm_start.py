@@ -156,8 +156,10 @@ def supervised(qwen_dir, tmp_path_factory):
     """A supervised adapter of the stand-in, two steps of sft_train.py."""
     out = tmp_path_factory.mktemp("sft") / "adapter"
     argv = [*QUICK_SFT, "--model", str(qwen_dir), "--max_steps", "2", "--output_dir", str(out)]
-    trainer = sft_train.train(resolve(argv, stage=SFT))
+    trainer = sft_train.train(resolve([*argv, "--game_eval_steps", "2", "--game_eval_games", "1"], stage=SFT))
     assert trainer.state.global_step == 2
+    checks = [h for h in trainer.state.log_history if "val/win_rate" in h]
+    assert [h["step"] for h in checks] == [0, 2], "the validation games were not played at the start and step 2"
     return out
 
 
@@ -200,6 +202,7 @@ def test_grpo_continues_the_adapter_trainable_with_it_as_the_reference(qwen_dir,
     argv = [*QUICK_GRPO, "--model", str(qwen_dir), "--adapter", str(supervised), "--beta", "0.04"]
     trainer = grpo_train.train(resolve([*argv, "--max_steps", "1", "--save_steps", "1", "--output_dir", str(out)]))
     model = trainer.model
+    assert trainer.processing_class.name_or_path == str(supervised)  # the tokenizer the supervised stage saved
     start = load_file(supervised / "adapter_model.safetensors")
     ref, trained = lora_of(model, "ref"), lora_of(model)
     assert set(ref) == set(trained) and ref, "TRL made no reference copy of the adapter"

@@ -109,6 +109,8 @@ def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list
     plot_reward_curves(trainer.state.log_history, directory / "rewards.png", weights=resolved.weights)
     plot_learning_curve(trainer.state.log_history, directory / "learning_curve.png")
     note = f"{resolved.model.model_name_or_path}, greedy, before and after {trainer.state.global_step} GRPO steps"
+    if resolved.script.adapter:
+        note += f"; before: the adapter GRPO continued ({resolved.script.adapter}); base: the model without it"
     notes = [note, *plainly(results)]
     (directory / "eval.md").write_text(markdown(results, title="Before and after training", notes=notes))
     games = after[0].metrics["games"]

@@ -141,6 +141,7 @@ def write_model_card(
     eval_markdown_table: str | None = None,
     supervised_rows: str | None = None,
     warning: str | None = None,
+    continues: str | None = None,
 ) -> Path:
     """Write ``out_dir/README.md``, replacing TRL's generic card, and return its path.
 
@@ -166,6 +167,11 @@ def write_model_card(
         "to play Wordle by reasoning. Each prompt is a game state (the guesses so far and their feedback); the "
         "reply is `<think>…</think><guess>WORD</guess>`, scored by the rewards below."
     )
+    if continues:
+        summary += (
+            f" GRPO continued the supervised adapter `{continues}` (`sft_train.py`: the teacher's games), its reference "
+            "too; the tables below play the base model, that adapter (before) and this one (after) on the same games."
+        )
     made = (
         f"Profile `{profile}` (`profiles/{profile}.yaml`; the fully resolved configuration is `{CONFIG_FILE}` "
         f"beside this card), with this command:\n\n```bash\n{command}\n```"

@@ -13,8 +13,10 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import logging
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from importlib.machinery import ModuleSpec
@@ -26,6 +28,7 @@ import pytest
 import safetensors.torch
 import torch
 from huggingface_hub import constants as hub_constants
+from transformers import TrainerControl
 from trl import GRPOTrainer
 
 import evaluate as evaluate_cli
@@ -38,6 +41,8 @@ from runtime import device as devices
 from runtime import distributed
 from settings import checks, config, launch
 from training import before_after, record, run
+from training.health import Health
+from training.phases import Phases
 from training.trainer import WordleGRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,11 +67,15 @@ def finished_checkpoint(out: Path, step: int = 2) -> Path:
 DOC_ROW = re.compile(r"\| (?P<situation>.+?) \| (?P<ticks>`+)(?P<line>.+?)(?P=ticks)(?P<notes>.*) \|")
 
 
+STOPS = "## When a run stops, or warns"  # docs/errors.md's second table: the lines a run stops or warns with
+
+
 @functools.cache
-def doc_rows() -> dict[str, str]:
-    """docs/errors.md's table: each situation and the line it shows."""
+def doc_rows(stops: bool = False) -> dict[str, str]:
+    """docs/errors.md's table of errors (``stops``: of stops and warnings): each situation and the line it shows."""
     rows: dict[str, str] = {}
-    table = [t for t in ERRORS_DOC.read_text().splitlines() if t.startswith("| ")][1:]  # less the header
+    errors, _, rest = ERRORS_DOC.read_text().partition(STOPS)
+    table = [t for t in (rest if stops else errors).splitlines() if t.startswith("| ")][1:]  # less the header
     for text in table:
         match = DOC_ROW.fullmatch(text)
         assert match, f"docs/errors.md: a row of the table that is not | situation | `line` |: {text}"
@@ -75,8 +84,8 @@ def doc_rows() -> dict[str, str]:
     return rows
 
 
-def assert_is_the_docs_line(row: str, line: str, tmp: Path) -> None:
-    doc = doc_rows().get(row)
+def assert_is_the_docs_line(row: str, line: str, tmp: Path, stops: bool = False) -> None:
+    doc = doc_rows(stops).get(row)
     assert doc is not None, f"docs/errors.md has no row {row!r} (was the situation reworded?)"
     seen = line.replace(str(tmp), "/tmp")  # the test's directory is the doc's /tmp
     pattern = ".+".join(re.escape(part) for part in doc.split("…"))  # "…" elides what differs by machine
@@ -1076,8 +1085,7 @@ def test_a_reply_budget_too_small_for_the_constraint_stops_before_any_game(tmp_p
 
 
 def test_the_readme_counts_the_rows_of_docs_errors():
-    rows = [line for line in (ROOT / "docs" / "errors.md").read_text().splitlines() if line.startswith("| ")]
-    situations = len(rows) - 1  # less the header
+    situations = len(doc_rows())  # the errors' table: the stops and warnings are the second
     said = re.search(r"All (\d+), launchers", " ".join((ROOT / "README.md").read_text().split()))
     assert said and int(said.group(1)) == situations, (
         f"README says {said and said.group(1)}, docs/errors.md has {situations}"
@@ -1104,3 +1112,77 @@ def test_a_real_read_only_mount_is_refused_before_anything_loads(tmp_path, capsy
         line
         == f"error: --output_dir {mount}/run cannot be written (in {mount}): Read-only file system; choose another --output_dir"
     )
+
+
+# --- the lines a run stops or warns with (docs/errors.md's second table) -----------------------------------------
+
+
+def _phase_line(tmp: Path, now: str, received: signal.Signals, checkpoint: bool = False, saved: bool = False) -> str:
+    if checkpoint:
+        finished_checkpoint(tmp / "outputs" / "cpu")
+    phases = Phases(config.resolve(["--profile", "cpu"]), Path("outputs/cpu"))
+    phases.now, phases.saved = now, saved
+    return f"stopped: {phases.line(received)}"
+
+
+def _non_finite(tmp: Path) -> str:
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("training.health").addHandler(handler)
+    try:
+        state = SimpleNamespace(global_step=1, is_world_process_zero=True)
+        Health(1e-3).on_log(None, state, TrainerControl(), {"loss": float("nan"), "grad_norm": 1.0})
+    finally:
+        logging.getLogger("training.health").removeHandler(handler)
+    return lines[0]
+
+
+def _collapsed(tmp: Path) -> str:
+    health = Health(0.5)
+    for step, share in enumerate([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], start=1):
+        logs = {"loss": 0.1, "rewards/format_reward/mean": share}
+        health.on_log(None, SimpleNamespace(global_step=step, is_world_process_zero=True), TrainerControl(), logs)
+    return health.describe()
+
+
+def _resumed(tmp: Path, monkeypatch) -> str:
+    _setup("resumable", tmp, monkeypatch)
+    resolved = config.resolve(["--profile", "cpu", "--resume", "--learning_rate", "1e-4", "--max_steps", "400"])
+    run.plan(resolved)
+    return next(note for note in resolved.notes if note.startswith("--resume from"))
+
+
+STOP_LINES = {
+    "a signal before anything was trained (the model loading, the rows, the games before training)": lambda tmp, _: (
+        _phase_line(tmp, "playing the games before training", signal.SIGINT)
+    ),
+    "a signal outside the steps, after a checkpoint (a resumed run loading)": lambda tmp, _: _phase_line(
+        tmp, "loading the model", signal.SIGINT, checkpoint=True
+    ),
+    "a signal while the adapter is saved, or the games after training play": lambda tmp, _: _phase_line(
+        tmp, "playing the games after training", signal.SIGTERM, saved=True
+    ),
+    "a policy that collapsed (the warning, at its step; also on the card and to the trackers as "
+    "`health/collapsed_at`)": lambda tmp, _: _collapsed(tmp),
+    "a loss or gradient norm that is not finite (the warning, once each)": lambda tmp, _: _non_finite(tmp),
+    "game mode with fewer than 4 games per start state (a note)": lambda tmp, _: next(
+        n for n in config.resolve(["--profile", "cpu", "--num_generations", "2"]).notes if "live game" in n
+    ),
+    "`--resume` with settings that may change (a note)": _resumed,
+}
+# The rows a real run's test checks: a real SIGTERM during training (test_train), a real collapse (test_health).
+CHECKED_BY_REAL_RUNS = {
+    "a signal during training",
+    "a policy that collapsed, stopped (`--stop_on_collapse`, on by default after a healthy start)",
+}
+
+
+@pytest.mark.parametrize("row", STOP_LINES)
+def test_each_stop_or_warning_is_the_line_its_row_shows(row, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_is_the_docs_line(row, STOP_LINES[row](tmp_path, monkeypatch), tmp_path, stops=True)
+
+
+def test_each_row_of_the_stops_table_is_checked():
+    assert sorted(doc_rows(stops=True)) == sorted({*STOP_LINES, *CHECKED_BY_REAL_RUNS})

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from test_errors import assert_is_the_docs_line
 from transformers import TrainerControl
 
 import grpo_train
@@ -92,8 +93,11 @@ def test_a_real_collapse_stops_the_run_keeps_the_last_healthy_checkpoint_and_say
     assert code == 3, err[-3000:]
     line = err.strip().splitlines()[-1]
     assert line.startswith("stopped: the policy collapsed at step "), line
+    row = "a policy that collapsed, stopped (`--stop_on_collapse`, on by default after a healthy start)"
+    assert_is_the_docs_line(row, line.replace(str(out), "outputs/cpu"), tmp_path, stops=True)
     step = int(line.split("collapsed at step ")[1].split(":")[0])
-    assert "stopped by --stop_on_collapse, no adapter saved" in line and "--learning_rate 0.05 --resume" in line
+    assert "stopped by --stop_on_collapse, no adapter saved" in line and "--learning_rate 0.05 " in line
+    assert line.endswith(" --resume")
     assert not (out / "adapter_model.safetensors").exists()
     kept = sorted(int(p.name.split("-")[-1]) for p in out.glob("checkpoint-*"))
     aside = sorted(int(p.name.split("-")[-1]) for p in out.glob("collapsed-checkpoint-*"))

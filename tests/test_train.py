@@ -20,6 +20,7 @@ from conftest import TURN_MODE
 from peft import PeftModel
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from test_errors import assert_is_the_docs_line
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import grpo_train
@@ -239,6 +240,7 @@ def test_sigterm_stops_at_the_step_s_end_with_a_checkpoint_and_resume_finishes(t
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
     line = err.decode().strip().splitlines()[-1]
     assert line.startswith("stopped: SIGTERM at step ") and line.endswith(" --resume"), line
+    assert_is_the_docs_line("a signal during training", line.replace(str(out), "outputs/cpu"), tmp_path, stops=True)
     step = int(line.split("at step ")[1].split()[0])
     assert f"checkpoint-{step} saved in {out}" in line and step < 12
     assert all((c / "trainer_state.json").is_file() for c in out.glob("checkpoint-*"))  # none torn
@@ -542,14 +544,14 @@ def test_an_error_during_training_stands_alone_on_the_last_line_as_a_terminal_sh
     done = subprocess.run(
         [sys.executable, "-c", FULL_AT_STEP_2, *argv],
         check=False,
-        capture_output=True,
-        text=True,
+        capture_output=True,  # bytes: text mode would turn the bar's carriage returns into newlines
         cwd=Path(__file__).resolve().parent.parent,
         timeout=600,
     )
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert "\r" in done.stderr and "%|" in done.stderr, "no progress bar was drawn: the test would prove nothing"
-    screen = as_a_terminal_shows(done.stderr)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err[-2000:]
+    assert "\r" in err and "%|" in err, "no progress bar was drawn: the test would prove nothing"
+    screen = as_a_terminal_shows(err)
     errors = [line for line in screen if "error: " in line]
     assert len(errors) == 1 and errors[0].startswith("error: the disk filled while saving checkpoint-2"), screen[-4:]
     assert screen[-1] == errors[0], f"the error is not the last line: {screen[-3:]}"

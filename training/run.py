@@ -21,6 +21,7 @@ from transformers import Trainer
 
 from models import memory
 from models.adapter import check_adapter
+from models.cost import expected_time
 from models.loading import (
     check_bitsandbytes,
     find_tokenizer,
@@ -200,21 +201,24 @@ def dry_run(resolved: Resolved) -> None:
     """The resolved configuration and the memory estimate, from config.json and the tokenizer alone: no
     weights load or download, so a preview stays seconds and answers before a download."""
     name = resolved.model.model_name_or_path
+    source, tokenizer, known, unavailable = name, None, None, None
     try:
         source = model_source(name, weights=False)
         tokenizer = find_tokenizer(source, resolved)
     except ConfigError as err:
         # The profiles' default model has a shape this project knows: its estimate needs no hub.
         if name == memory.QWEN2_5_3B_ID and resolved.model.model_revision in (None, "main"):
-            estimate = memory.preflight(resolved, name, known=memory.QWEN2_5_3B)
+            known = memory.QWEN2_5_3B
         else:
-            estimate = {"unavailable": str(err)}
-    else:
-        if tokenizer is not None and folds_system(tokenizer):
-            resolved.notes.append("chat template: it has no system role, so the rules open the first user message")
-        estimate = memory.preflight(resolved, source, tokenizer)
+            unavailable = {"unavailable": str(err)}
+    if tokenizer is not None and folds_system(tokenizer):
+        resolved.notes.append("chat template: it has no system role, so the rules open the first user message")
+    estimate = unavailable or memory.preflight(resolved, source, tokenizer, known=known)
     print(to_yaml(resolved), end="")
     print(yaml.safe_dump({"memory_estimate": estimate}, sort_keys=False, width=120), end="")
+    if resolved.stage is SFT:  # its steps, and how long they take at least on this device
+        expected = unavailable or expected_time(resolved, source, tokenizer, known=known)
+        print(yaml.safe_dump({"expected_time": expected}, sort_keys=False, width=120), end="")
     if getattr(resolved.script, "adapter", None):  # how many of GRPO's groups the warm start leaves with signal
         try:
             preview = signal_preview(resolved, model_source(name))

@@ -100,7 +100,8 @@ class RunProgress(ProgressCallback):
 
 
 class _CheckAtStart(TrainerCallback):
-    """The periodic game check once before the first step, so the learning curve starts at step 0."""
+    """The periodic game check once before the first step, so the learning curve starts at step 0; and a log at each
+    check's step, whatever ``logging_steps`` says, since the check rides on that step's log."""
 
     def __init__(self, trainer: Watched) -> None:
         self.trainer = trainer
@@ -108,3 +109,8 @@ class _CheckAtStart(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             self.trainer.log(self.trainer.check(self.trainer))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.trainer.check_steps == 0:
+            control.should_log = True
+        return control

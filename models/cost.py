@@ -29,10 +29,10 @@ from settings.config import Resolved
 from settings.errors import ConfigError
 from settings.summary import supervised_steps
 
-# What a real step took over this bound on the 2-core development CPU (2026-12-07; benchmarks/bench_sft_step.py's
-# stand-in: 3.15 s a step against its arithmetic at the measured matmul rate): TRL's fused log-probabilities over
-# Qwen's 151,936-way head, in fp32 tiles, are far from a matmul's rate there.
-CPU_FACTOR_MEASURED = 6.0
+# What real steps took over this bound on the 2-core development CPU (2026-12-07, benchmarks/bench_sft_step.py, four
+# rows a micro-batch): 2.4x for a 108M stand-in (512 wide, 6.0 s a step), 12x for the tests' 10M one (64 wide, 3.2 s),
+# whose products with Qwen's 151,936-way head are too narrow for a matmul's rate.
+CPU_MEASURED = "a real step took 2.4x this bound for a 108M stand-in, 12x for a 10M one, on a 2-core CPU"
 
 
 def step_flops(shape: Shape, run: Run, rows: int) -> float:
@@ -94,6 +94,5 @@ def expected_time(resolved: Resolved, source: str, tokenizer: Any = None, known:
         f"({rate / 1e12:.2f} TFLOP/s); processes: {distributed.processes_record(t)['processes']}",
     }
     if device == "cpu":
-        out["likely"] = _hours(bound * steps * CPU_FACTOR_MEASURED)
-        out["assumes"] += f"; likely: {CPU_FACTOR_MEASURED:g}x it, as measured on a 2-core CPU"
+        out["measured"] = CPU_MEASURED
     return out

@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -301,6 +304,17 @@ def test_the_supervised_dry_run_shows_its_own_settings_and_a_3b_estimate(capsys)
     assert out["memory_estimate"]["peak_gib"] > 10  # a 3B in fp32
     assert "kv cache" not in out["memory_estimate"]["parts_gib"]
     assert out["next"] == "python grpo_train.py --profile mps --adapter outputs/mps-sft"
+    assert out["expected_time"] == {
+        "steps": 200,
+        "unknown": "mps is absent here: run --dry-run on the machine that trains",
+    }
+
+
+def test_the_supervised_dry_run_on_this_cpu_gives_a_time_from_the_steps_arithmetic(qwen_dir, capsys):
+    assert sft_train.main(["--profile", "cpu", "--model", str(qwen_dir), "--dry-run"]) == 0
+    expected = yaml.safe_load(capsys.readouterr().out)["expected_time"]
+    assert expected["steps"] == 100 and float(expected["at_least_per_step"].removesuffix(" s")) > 0
+    assert "16 rows of" in expected["assumes"] and "TFLOP/s" in expected["assumes"]
 
 
 def test_full_fine_tuning_in_the_supervised_stage_saves_a_whole_model(qwen_dir, tmp_path):
@@ -316,3 +330,17 @@ def test_the_dry_run_with_an_adapter_says_how_many_groups_carry_signal(qwen_dir,
     warm = yaml.safe_load(capsys.readouterr().out)["warm_start"]
     assert warm["states"] == 8 and warm["num_generations"] == 2
     assert 0 <= warm["frac_reward_zero_std"] <= 1 and warm["groups_with_signal"].endswith("of 8")
+
+
+def test_trls_own_sft_command_trains_on_the_rows_as_they_are(qwen_dir, rows_128, tmp_path):
+    rows, stats = rows_128
+    folder = save_sft_dataset(rows[:8], stats, tmp_path / "rows")
+    cli = Path(sys.executable).with_name("trl")
+    args = [str(cli), "sft", "--model_name_or_path", str(qwen_dir), "--dataset_name", str(folder)]
+    args += ["--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--per_device_train_batch_size", "2"]
+    args += ["--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no"]
+    done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file() or (
+        tmp_path / "out" / "model.safetensors"
+    ).is_file()

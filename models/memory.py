@@ -37,7 +37,7 @@ from models.source import model_config
 from runtime.device import memory_limit, rss_bytes
 from settings.arguments import SLOTS
 from settings.checks import VLLM_CPU_KV_DEFAULT, VLLM_CPU_KV_ENV
-from settings.config import SFT, Resolved
+from settings.config import Resolved
 from settings.errors import ConfigError
 from wordle import MAX_GUESSES, history_for, render_prompt
 
@@ -286,7 +286,7 @@ def run_settings(resolved: Resolved, prompt_tokens: int) -> Run:
         "checkpointing": bool(t.gradient_checkpointing),
         "triton": s.device in ("cuda", "rocm"),
     }
-    if resolved.stage is SFT:  # no generation: a micro-batch of rows, each a prompt and a reply within the budget
+    if not resolved.stage.generates:  # a micro-batch of rows, each a prompt and a reply within the budget
         return Run(**{**common, "completion_tokens": min(resolved.reply_budget, SFT_REPLY_TOKENS)}, generation_batch=0)
     per_device_generation = t.per_device_train_batch_size * t.steps_per_generation
     # In game mode a generation batch is SLOTS turn slots per game, and the games' turns generate together.

@@ -226,14 +226,16 @@ class SFTArguments(RunArguments):
 
 
 class Stage(NamedTuple):
-    """A training stage: its entry script, its arguments and TRL config, and the profile section of its own settings
-    (the supervised warm start differs from GRPO in learning rate, batch and length of training)."""
+    """A training stage: its entry script, its arguments and TRL config, the profile section of its own settings (the
+    supervised warm start differs from GRPO in learning rate, batch and length of training), and whether its steps
+    generate (GRPO's rollouts: a KV cache, fewer generations to roll back to, the reply limit in its TRL config)."""
 
     name: str
     entry: str
     script: type
     config: type
     section: str | None
+    generates: bool
 
     def dataclasses(self) -> tuple[type, ...]:
         return (self.script, self.config, ModelConfig)
@@ -242,6 +244,6 @@ class Stage(NamedTuple):
         return {f.name for dc in self.dataclasses() for f in dataclasses.fields(dc) if f.init}
 
 
-GRPO = Stage("grpo", "grpo_train.py", ScriptArguments, GRPOConfig, None)
-SFT = Stage("sft", "sft_train.py", SFTArguments, SFTConfig, "sft")
+GRPO = Stage("grpo", "grpo_train.py", ScriptArguments, GRPOConfig, None, generates=True)
+SFT = Stage("sft", "sft_train.py", SFTArguments, SFTConfig, "sft", generates=False)
 STAGES = (GRPO, SFT)

@@ -51,9 +51,8 @@ class Resolved:
     @property
     def reply_budget(self) -> int:
         """The GRPO stage's reply limit in tokens: the one the supervised rows are written to fit."""
-        if self.stage is SFT:
-            return self.script.max_completion_length
-        return self.training.max_completion_length
+        holder = self.training if self.stage.generates else self.script
+        return holder.max_completion_length
 
     @property
     def quantized(self) -> bool:
@@ -288,9 +287,9 @@ def resolve(argv: list[str], *, check_device: bool = True, stage: Stage = GRPO) 
     if script.device not in devices.DEVICES:
         raise ConfigError(f"unknown device {script.device!r} in profile {profile}; valid: {', '.join(devices.DEVICES)}")
     flags = frozenset(a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--"))
-    budget = train_kw if stage is GRPO else script_kw  # where the reply limit lives
+    budget = train_kw if stage.generates else script_kw  # where the reply limit lives
     checks.apply_script_flags(script, train_kw, model_kw, notes, budget)
-    if stage is SFT:
+    if not stage.generates:
         script.max_completion_length = script_kw["max_completion_length"]
     checks.old_names(argv, values, train_kw, notes)
     checks.check_ranges(script, train_kw, model_kw, budget)

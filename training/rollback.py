@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from models.memory import GIB
 from runtime.device import memory_in_use, memory_limit
-from settings.config import SFT, Resolved
+from settings.config import Resolved
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class RollbackAdvisor(TrainerCallback):
     def for_run(cls, resolved: Resolved) -> RollbackAdvisor:
         t = resolved.training
         limit = memory_limit(resolved.script.device)
-        supervised = resolved.stage is SFT  # no generation: a smaller micro-batch is its one rung
+        supervised = not resolved.stage.generates  # a smaller micro-batch is its one rung
         return cls(
             max_completion_length=0 if supervised else t.max_completion_length,
             num_generations=0 if supervised else t.num_generations,

@@ -47,9 +47,9 @@ from training.data import (
     load_rows,
     save_rows,
 )
-from training.handoff import signal_preview
 from training.health import Health, set_aside
 from training.output import TRAINER_STATE, check_output_dir, newest_checkpoint
+from training.preview import signal_preview
 from training.record import RecordInCheckpoints, check_resume_fits, run_record, write_record
 from training.rollback import RollbackAdvisor
 from training.sft import check_sft_step

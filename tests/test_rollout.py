@@ -277,6 +277,8 @@ SCALES = [
     (["--profile", "cpu", "--scale_rewards", "none"], "none"),  # no scaling: honoured
     (["--profile", "cuda", "--scale_rewards", "batch"], "batch"),
     (["--profile", "cpu", "--scale_rewards", "group"], "refused"),  # asked for by name: refused in one line
+    (["--profile", "cpu", "--scale_rewards", "true"], "refused"),  # TRL's alias of group: refused as well
+    (["--profile", "cpu", "--scale_rewards", "False"], "none"),  # TRL's alias of none, as a flag's text
 ]
 
 
@@ -293,6 +295,12 @@ def test_game_mode_scales_rewards_by_the_batch_or_not_at_all(flags, trains_with)
     assert chose == ("--scale_rewards" not in flags)
     if chose:  # turn mode keeps TRL's default
         assert resolve([*flags, "--rollout", "turn", "--dry-run"]).training.scale_rewards == "group"
+
+
+def test_turn_mode_takes_trls_own_spellings_of_scale_rewards():
+    for spelled, scale in (("true", "group"), ("TRUE", "group"), ("false", "none"), ("batch", "batch")):
+        resolved = resolve(["--profile", "cpu", "--rollout", "turn", "--scale_rewards", spelled, "--dry-run"])
+        assert resolved.training.scale_rewards == scale
 
 
 def train(out: Path, *extra: str):

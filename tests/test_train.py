@@ -168,6 +168,9 @@ def test_format_log_line_names_each_reward():
     line = format_log({**split, "step_time": 2.5}, step=3, max_steps=60, device="mps")
     assert line.endswith(" | 2.75 s/step (generate 2.00, score 0.25, update 0.50) | peak 9 MB rss")  # no MPS here
     assert format_log({"train_runtime": 1.0}, 1, 1) is None
+    # A step that trains on replies generated before (num_iterations > 1): its loss, never a raw dict.
+    line = format_log({"loss": 0.0312, "grad_norm": 0.5, "step_time": 1.25, "peak_memory_mb": 9.0}, 4, 8)
+    assert line == "step 4/8 | loss 0.0312 (on replies generated at an earlier step) | 1.25 s/step | peak 9 MB rss"
 
 
 # --- resume ------------------------------------------------------------------------------------------

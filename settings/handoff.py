@@ -35,8 +35,9 @@ def read_adapter_config(adapter: str) -> dict[str, Any]:
         config = json.loads(config_file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ConfigError(f"{config_file} is not valid JSON: a damaged copy or an unfinished save?") from None
-    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
-        raise ConfigError(f"--adapter {adapter} holds a {config.get('peft_type')} adapter, not a LoRA")
+    kind = config.get("peft_type") if isinstance(config, dict) else f"JSON {type(config).__name__}"
+    if kind != "LORA":
+        raise ConfigError(f"--adapter {adapter} holds a {kind} adapter, not a LoRA")
     return config
 
 

@@ -29,10 +29,9 @@ from rich.console import Console
 from rich.progress import Progress
 
 from settings.errors import ConfigError
+from training.data import play_state
 from wordle import (
     MAX_GUESSES,
-    allowed,
-    candidates,
     is_allowed,
     parse_completion,
     render_prompt,
@@ -40,7 +39,6 @@ from wordle import (
     train_secrets,
 )
 from wordle.completion import completion_text
-from wordle.game import play_guesses
 from wordle.openings import Opening
 from wordle.teacher import LEVELS, Teacher
 
@@ -106,20 +104,6 @@ def _history_states(secret: str, start: tuple, teacher: Teacher) -> list[tuple[t
     return states
 
 
-def _explored(secret: str, rng: random.Random, teacher: Teacher) -> tuple[tuple[str, str], ...]:
-    """A history of up to five guesses against ``secret``, half the teacher's and half random (a still-possible
-    answer or an allowed word), that has not won."""
-
-    def choose(history: list[tuple[str, str]]) -> str:
-        if rng.random() >= EXPLORE:
-            return teacher.guess(history)
-        if rng.random() < 0.5:
-            return rng.choice(candidates(history).words())
-        return rng.choice(allowed())
-
-    return tuple(play_guesses(secret, rng.randrange(1, MAX_GUESSES), choose))
-
-
 def sample_states(
     n_rows: int, seed: int, secrets: Sequence[str], teacher: Teacher
 ) -> list[tuple[tuple[tuple[str, str], ...], str, str]]:
@@ -139,7 +123,8 @@ def sample_states(
         secret = deck.pop()
         kind = rng.choices(kinds, weights)[0]
         if kind == "explored":
-            start = _explored(secret, rng, teacher)
+            # Half the teacher's guesses, half a random candidate or allowed word, up to five, not won: as GRPO's rows.
+            start = tuple(play_state(secret, rng.randrange(1, MAX_GUESSES), rng, teacher.solver, EXPLORE))
         else:
             start = openings[kind].start(secret, rng.randrange(2**31))
         added = 0

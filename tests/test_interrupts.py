@@ -64,7 +64,8 @@ def test_a_signal_while_the_games_before_training_play_leaves_nothing_and_a_plai
 def test_a_signal_while_the_games_after_training_play_keeps_the_adapter_and_says_how_to_play_them(tmp_path):
     out = tmp_path / "out"
     proc, _ = start(out)
-    code, err = signal_when(proc, "saved the LoRA adapter", signal.SIGTERM)
+    # Not on "saved the LoRA adapter": that line is written inside the save, whose deferred signal names the save.
+    code, err = signal_when(proc, "playing the games after training", signal.SIGTERM)
     assert code == 128 + signal.SIGTERM and "Traceback" not in err, err[-3000:]
     line = err.strip().splitlines()[-1]
     assert line == (

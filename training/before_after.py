@@ -91,6 +91,11 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
 def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list[PlayerResult]) -> list[PlayerResult]:
     """The trained model's games, the before/after tables (one per opening), and the files under ``eval/``."""
     directory = out / EVAL_DIR
+    logger.info(
+        "playing the games after training: %d held-out secrets from %s",
+        resolved.script.eval_games,
+        ", ".join(resolved.script.eval_openings),
+    )
     after = _play(resolved, trainer.model, tokenizer, "after")
     if not distributed.is_main():
         return [*before, *after]

@@ -155,7 +155,7 @@ def main() -> None:
         parsed = [parse_completion(r) for r in replies]
         # Generated tokens, the end of turn included; a reply that never ended took the whole budget (clipped).
         tokens = [min(len(tok(r, add_special_tokens=False)["input_ids"]) + 1, budget.tokens) for r in replies]
-        clipped = sum(parse_completion(r) is None and n == budget.tokens for r, n in zip(replies, tokens, strict=True))
+        clipped = sum(p is None and n == budget.tokens for p, n in zip(parsed, tokens, strict=True))
         named = sum(p == r["guess"] for p, r in zip(parsed, rows, strict=True))
         exact = sum(reply == r["completion"][0]["content"] for reply, r in zip(replies, rows, strict=True))
         kl_base = kl_to_base(model, tok, rows[:16], temperature=1.0, max_new_tokens=budget.tokens, seed=a.seed)

@@ -83,13 +83,13 @@ def expected_time(resolved: Resolved, source: str, tokenizer: Any = None, known:
     t = resolved.training
     rows = t.per_device_train_batch_size * t.gradient_accumulation_steps  # per process: they run side by side
     dtype = torch.float32 if resolved.model.dtype in (None, "auto", "float32") else getattr(torch, resolved.model.dtype)
-    rate = matmul_rate(device, dtype)
-    bound = step_flops(shape, run, rows) / rate
+    rate, flops = matmul_rate(device, dtype), step_flops(shape, run, rows)
+    bound = flops / rate
     out = {
         "steps": steps,
         "at_least_per_step": f"{bound:.1f} s",
         "at_least": _hours(bound * steps),
-        "assumes": f"the step's arithmetic ({step_flops(shape, run, rows):.2g} FLOP: {rows} rows of {prompt} + "
+        "assumes": f"the step's arithmetic ({flops:.2g} FLOP: {rows} rows of {prompt} + "
         f"{run.completion_tokens} tokens) at this {device}'s {dtype} matrix-product rate, measured now "
         f"({rate / 1e12:.2f} TFLOP/s); processes: {distributed.processes_record(t)['processes']}",
     }

@@ -54,6 +54,16 @@ def _play(resolved: Resolved, model, tokenizer, label: str) -> list[PlayerResult
     return results
 
 
+def _announce(resolved: Resolved, when: str) -> None:
+    """The line that opens the games before or after training (the signal tests wait on it)."""
+    logger.info(
+        "playing the games %s training: %d held-out secrets from %s",
+        when,
+        resolved.script.eval_games,
+        ", ".join(resolved.script.eval_openings),
+    )
+
+
 def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bool) -> list[PlayerResult]:
     """The starting model's games and the baselines', from each opening, saved to ``eval/before.json``. On
     --resume a saved file made with the same settings is reused: the starting model is the same, and greedy
@@ -67,11 +77,7 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
         logger.warning("%s was made with other settings (%s); evaluating again", path, settings)
     if not resolved.quantized:  # quantized weights were placed on their device as they loaded
         model.to(resolved.training.device)  # where the Trainer would move it anyway
-    logger.info(
-        "playing the games before training: %d held-out secrets from %s",
-        resolved.script.eval_games,
-        ", ".join(resolved.script.eval_openings),
-    )
+    _announce(resolved, "before")
     before = _play(resolved, model, tokenizer, "before")
     base = []
     if resolved.script.adapter:  # the start is the adapter GRPO continues: the model without it plays too
@@ -91,11 +97,7 @@ def evaluate_start(resolved: Resolved, model, tokenizer, out: Path, resuming: bo
 def evaluate_end(resolved: Resolved, trainer, tokenizer, out: Path, before: list[PlayerResult]) -> list[PlayerResult]:
     """The trained model's games, the before/after tables (one per opening), and the files under ``eval/``."""
     directory = out / EVAL_DIR
-    logger.info(
-        "playing the games after training: %d held-out secrets from %s",
-        resolved.script.eval_games,
-        ", ".join(resolved.script.eval_openings),
-    )
+    _announce(resolved, "after")
     after = _play(resolved, trainer.model, tokenizer, "after")
     if not distributed.is_main():
         return [*before, *after]
